@@ -1,0 +1,22 @@
+// qwen_ops._C: the pybind11 module behind the `ascendc` backend.
+#include <torch/extension.h>
+
+namespace {
+
+pybind11::dict build_info() {
+  pybind11::dict info;
+#ifdef QWEN_OPS_WITH_CANN
+  info["ascendc_target"] = "cann";
+#else
+  info["ascendc_target"] = "cpu-standin";
+#endif
+  info["torch_version"] = TORCH_VERSION;
+  return info;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "qwen_ops C++ extension: Ascend C kernels (device or CPU stand-in)";
+  m.def("build_info", &build_info, "How this extension was built.");
+}

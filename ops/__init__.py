@@ -1,0 +1,36 @@
+"""qwen_ops.ops: the kernels of Qwen3.5's hybrid model behind one API.
+
+Each op lives in its own folder with its torch reference beside its kernels:
+
+* ``cache``: ``reshape_and_cache`` (paged BNSD KV cache, INT8 per channel)
+* ``attention``: ``paged_decode_attention``, ``prefill_attention``, ``mixed_attention``
+* ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``
+* ``conv``: ``causal_conv1d_fn``, ``causal_conv1d_update``
+
+Every op takes ``backend=None`` ("torch", "triton", "ascendc"); see
+``available_backends()`` and ``qwen_ops.ops._backend``. Every op is also
+registered as ``torch.ops.qwen_ops.<name>`` with a fake implementation, so
+callers can be compiled with ``torch.compile``.
+"""
+from ._backend import BackendError, available_backends  # noqa: F401
+from .attention import mixed_attention, paged_decode_attention, prefill_attention  # noqa: F401
+from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache  # noqa: F401
+from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
+from .gdn import chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule  # noqa: F401
+
+__all__ = [
+    "BackendError",
+    "available_backends",
+    "reshape_and_cache",
+    "kv_scales_from_absmax",
+    "quantize_int8",
+    "dequantize_int8",
+    "paged_decode_attention",
+    "prefill_attention",
+    "mixed_attention",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+    "fused_gdn_gating",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+]

@@ -1,0 +1,179 @@
+"""Backend selection: which implementation serves a call.
+
+Every public op takes ``backend=None``. Three backends exist:
+
+* ``torch``   -- the pure-torch reference. Always available, serves any device.
+* ``triton``  -- one Triton source for Ascend (triton-ascend), NVIDIA (triton)
+  and the CPU (Triton's interpreter, ``TRITON_INTERPRET=1``).
+* ``ascendc`` -- hand-written Ascend C kernels behind ``qwen_ops._C``: on NPU
+  tensors when built with CANN, on CPU tensors through the CPU stand-in.
+
+With ``backend=None`` the device of the inputs decides (NPU: ascendc, then
+triton; CUDA: triton; CPU: torch) and the environment variable
+``QWEN_OPS_BACKEND`` overrides that choice. Implementations are looked up in
+``IMPLEMENTATIONS`` and imported lazily, so importing ``qwen_ops`` never starts
+a Triton driver or loads the extension.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+from typing import Callable
+
+import torch
+
+BACKENDS = ("torch", "triton", "ascendc")
+
+# op name -> backend -> "module:function", relative to this package.
+IMPLEMENTATIONS: dict[str, dict[str, str]] = {
+    "reshape_and_cache": {
+        "torch": "cache.reference:reshape_and_cache",
+        "triton": "cache.triton:reshape_and_cache",
+        "ascendc": "ascendc_backend:reshape_and_cache",
+    },
+    "paged_decode_attention": {
+        "torch": "attention.reference:paged_decode_attention",
+        "triton": "attention.triton_decode:paged_decode_attention",
+        "ascendc": "ascendc_backend:paged_decode_attention",
+    },
+    "prefill_attention": {
+        "torch": "attention.reference:prefill_attention",
+        "triton": "attention.triton_prefill:prefill_attention",
+    },
+    "mixed_attention": {
+        "torch": "attention.reference:mixed_attention",
+        "triton": "attention.triton_mixed:mixed_attention",
+    },
+    "chunk_gated_delta_rule": {
+        "torch": "gdn.chunk:chunk_gated_delta_rule",
+        "triton": "gdn.triton_chunk:chunk_gated_delta_rule",
+    },
+    "fused_recurrent_gated_delta_rule": {
+        "torch": "gdn.naive:fused_recurrent_gated_delta_rule",
+        "triton": "gdn.triton_recurrent:fused_recurrent_gated_delta_rule",
+        "ascendc": "ascendc_backend:fused_recurrent_gated_delta_rule",
+    },
+    "causal_conv1d_fn": {
+        "torch": "conv.reference:causal_conv1d_fn",
+        "triton": "conv.triton:causal_conv1d_fn",
+    },
+    "causal_conv1d_update": {
+        "torch": "conv.reference:causal_conv1d_update",
+        "triton": "conv.triton:causal_conv1d_update",
+        "ascendc": "ascendc_backend:causal_conv1d_update",
+    },
+    "fused_gdn_gating": {
+        "torch": "gdn.gating:fused_gdn_gating",
+        "triton": "gdn.triton_gating:fused_gdn_gating",
+    },
+}
+
+
+class BackendError(RuntimeError):
+    """A requested backend does not exist here or cannot serve these inputs."""
+
+
+def triton_interpreting() -> bool:
+    """True when Triton runs kernels on the CPU through its interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_importable() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _ascendc_extension():
+    try:
+        from qwen_ops import _C
+    except ImportError:
+        return None
+    return _C if hasattr(_C, "ascendc_kernels") else None
+
+
+def _is_npu(device: torch.device) -> bool:
+    return device.type == "npu"
+
+
+def available_backends() -> list[str]:
+    """Backends that exist in this installation, in preference order of no device.
+
+    ``torch`` always; ``triton`` when a Triton package is importable;
+    ``ascendc`` when ``qwen_ops._C`` was built with Ascend C kernels.
+    """
+    found = ["torch"]
+    if _triton_importable():
+        found.append("triton")
+    if _ascendc_extension() is not None:
+        found.append("ascendc")
+    return found
+
+
+def _can_serve(backend: str, device: torch.device) -> str | None:
+    """None if ``backend`` can run on ``device``, else the reason it cannot."""
+    if backend == "torch":
+        return None
+    if backend == "triton":
+        if not _triton_importable():
+            return "no Triton package is installed (pip install triton, or triton-ascend on Ascend)"
+        if device.type == "cpu" and not triton_interpreting():
+            return "Triton runs CPU tensors only under its interpreter: set TRITON_INTERPRET=1 before importing qwen_ops"
+        if device.type not in ("cpu", "cuda", "npu"):
+            return f"Triton cannot run tensors on device type {device.type!r}"
+        return None
+    if backend == "ascendc":
+        ext = _ascendc_extension()
+        if ext is None:
+            return "qwen_ops._C was built without Ascend C kernels"
+        target = ext.build_info()["ascendc_target"]
+        if device.type == "cpu" and target == "cpu-standin":
+            return None
+        if _is_npu(device) and target == "cann":
+            return None
+        return f"the Ascend C kernels in this build ({target}) cannot run tensors on {device.type!r}"
+    return f"unknown backend {backend!r}; expected one of {BACKENDS}"
+
+
+def _default_order(device: torch.device) -> tuple[str, ...]:
+    if _is_npu(device):
+        return ("ascendc", "triton", "torch")
+    if device.type == "cuda":
+        return ("triton", "torch")
+    return ("torch",)
+
+
+def resolve(op: str, backend: str | None, device: torch.device) -> Callable:
+    """Return the implementation of ``op`` that serves tensors on ``device``.
+
+    An explicit ``backend`` (argument, else ``QWEN_OPS_BACKEND``) must be able
+    to serve the call, or ``BackendError`` says why. Without one, the first
+    backend in the device's preference order that implements ``op`` wins.
+    """
+    table = IMPLEMENTATIONS[op]
+    requested = backend or os.environ.get("QWEN_OPS_BACKEND") or None
+    if requested is not None:
+        if requested not in BACKENDS:
+            raise BackendError(f"{op}: unknown backend {requested!r}; expected one of {BACKENDS}")
+        if requested not in table:
+            raise BackendError(
+                f"{op}: backend {requested!r} does not implement this op; "
+                f"it is implemented by {sorted(table)}"
+            )
+        reason = _can_serve(requested, device)
+        if reason is not None:
+            raise BackendError(f"{op}: backend {requested!r} cannot serve {device.type} tensors: {reason}")
+        return _load(table[requested])
+    for candidate in _default_order(device):
+        if candidate in table and _can_serve(candidate, device) is None:
+            return _load(table[candidate])
+    raise BackendError(f"{op}: no backend can serve {device.type} tensors")  # pragma: no cover
+
+
+@functools.lru_cache(maxsize=None)
+def _load(target: str) -> Callable:
+    module_name, function_name = target.split(":")
+    module = importlib.import_module(f"{__package__}.{module_name}")
+    return getattr(module, function_name)

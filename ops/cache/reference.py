@@ -1,0 +1,34 @@
+"""Torch reference for writing into the paged KV cache (defines the semantics).
+
+Layout: ``key_cache``/``value_cache`` are [NB, Hkv, Bs, D]; the slot of a
+token is ``block * Bs + row`` and the token's head h lands at
+``cache[block, h, row, :]``.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def quantize_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Symmetric per-channel INT8: ``clamp(round_half_to_even(x / scale), -128, 127)``.
+
+    ``x``: [..., Hkv, D] float; ``scale``: float32 [Hkv, D] > 0. Division in
+    float32; ``torch.round`` rounds half to even.
+    """
+    return torch.clamp(torch.round(x.to(torch.float32) / scale), -128, 127).to(torch.int8)
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``q * scale`` in float32. ``q``: int8 [..., Hkv, D]; ``scale``: float32 [Hkv, D]."""
+    return q.to(torch.float32) * scale
+
+
+def reshape_and_cache(*, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale) -> None:
+    nb, hkv, bs, d = key_cache.shape
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].to(torch.int64)
+    blocks, rows = slots // bs, slots % bs
+    for src, cache, scale in ((key[keep], key_cache, k_scale), (value[keep], value_cache, v_scale)):
+        data = quantize_int8(src, scale) if cache.dtype == torch.int8 else src.to(cache.dtype)
+        # cache[blocks, :, rows] has shape [n, Hkv, D], matching data.
+        cache[blocks, :, rows] = data

@@ -1,0 +1,139 @@
+"""Public causal-conv ops: argument checks, backend dispatch, torch.library entries.
+
+x is token-major [T, C]; weight [C, K]; the saved state of a sequence is its
+last K-1 inputs, ``conv_states[slot]`` of shape [K-1, C] (oldest first).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import _validate as check
+from .._backend import resolve
+from .._library import custom_op
+
+ACTIVATIONS = ("silu", None)
+
+
+def _check_common(op, x, weight, bias, conv_states, activation):
+    check.tensor(op, "x", x, dtypes=check.FLOAT_DTYPES, ndim=2, layout="[T, C]")
+    c = x.shape[1]
+    check.tensor(op, "weight", weight, dtypes=check.FLOAT_DTYPES, ndim=2, layout="[C, K]")
+    check.tensor(op, "weight", weight, shape=(c, None), layout=f"[C, K] with C = {c}")
+    kw = weight.shape[1]
+    if kw < 2:
+        raise ValueError(f"{op}: argument 'weight' must have a kernel width K >= 2, got {kw}")
+    check.optional(op, "bias", bias, dtypes=check.FLOAT_DTYPES, shape=(c,), layout=f"[C] = [{c}]")
+    check.tensor(op, "conv_states", conv_states, dtypes=check.FLOAT_DTYPES, shape=(None, kw - 1, c),
+                 layout=f"[S, K-1, C] = [S, {kw - 1}, {c}]")
+    if not conv_states.is_contiguous():
+        raise ValueError(f"{op}: argument 'conv_states' must be contiguous")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{op}: argument 'activation' must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+# ----------------------------------------------------------------------------- prefill form
+
+FN = "causal_conv1d_fn"
+
+
+def _check_fn(x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state, activation, *, values):
+    _check_common(FN, x, weight, bias, conv_states, activation)
+    check.tensor(FN, "query_start_loc", query_start_loc, dtypes=check.INDEX_DTYPES, ndim=1, layout="[N+1]")
+    n = query_start_loc.shape[0] - 1
+    check.cumulative(FN, "query_start_loc", query_start_loc, x.shape[0], values=values)
+    check.tensor(FN, "cache_indices", cache_indices, dtypes=check.INDEX_DTYPES, shape=(n,), layout=f"[N] = [{n}]")
+    check.tensor(FN, "has_initial_state", has_initial_state, dtypes=(torch.bool,), shape=(n,),
+                 layout=f"[N] = [{n}] bool")
+    check.same_device(FN, x=x, weight=weight, bias=bias, conv_states=conv_states, query_start_loc=query_start_loc,
+                      cache_indices=cache_indices, has_initial_state=has_initial_state)
+    check.indices(FN, "cache_indices", cache_indices, conv_states.shape[0], allow_padding=True, values=values)
+
+
+@custom_op(FN, mutates_args=("conv_states",))
+def _fn_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], conv_states: torch.Tensor,
+           query_start_loc: torch.Tensor, cache_indices: torch.Tensor, has_initial_state: torch.Tensor,
+           activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
+    _check_fn(x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state, activation,
+              values=True)
+    impl = resolve(FN, backend, x.device)
+    return impl(x=x, weight=weight, bias=bias, conv_states=conv_states, query_start_loc=query_start_loc,
+                cache_indices=cache_indices, has_initial_state=has_initial_state, activation=activation)
+
+
+@_fn_op.register_fake
+def _fn_fake(x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state, activation, backend):
+    _check_fn(x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state, activation,
+              values=False)
+    return torch.empty_like(x)
+
+
+def causal_conv1d_fn(x, weight, bias=None, *, conv_states, query_start_loc, cache_indices, has_initial_state,
+                     activation="silu", backend: str | None = None) -> torch.Tensor:
+    """Depthwise causal convolution over packed sequences, saving each one's tail.
+
+    Args:
+        x: [T, C] float, N sequences packed along T.
+        weight: [C, K]; bias: [C] or None.
+        conv_states: [S, K-1, C] state pool, updated in place.
+        query_start_loc: [N+1] int32/int64 offsets 0..T.
+        cache_indices: [N]; sequence r uses pool row ``cache_indices[r]``
+            (-1: padding, no state read or written).
+        has_initial_state: [N] bool; the left context is the saved state
+            where True, zeros otherwise.
+        activation: "silu" or None.
+    Returns:
+        [T, C] in x's dtype: ``act(sum_k window[k] * weight[:, k] + bias)``
+        where the window ends at the current token. Afterwards each sequence's
+        last K-1 inputs (before activation, including saved ones for short
+        sequences) are written to ``conv_states[cache_indices[r]]``.
+    """
+    return torch.ops.qwen_ops.causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indices,
+                                               has_initial_state, activation, backend)
+
+
+# ----------------------------------------------------------------------------- decode form
+
+UPDATE = "causal_conv1d_update"
+
+
+def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, values):
+    _check_common(UPDATE, x, weight, bias, conv_states, activation)
+    b = x.shape[0]
+    check.tensor(UPDATE, "cache_indices", cache_indices, dtypes=check.INDEX_DTYPES, shape=(b,), layout=f"[B] = [{b}]")
+    check.same_device(UPDATE, x=x, weight=weight, bias=bias, conv_states=conv_states, cache_indices=cache_indices)
+    check.indices(UPDATE, "cache_indices", cache_indices, conv_states.shape[0], allow_padding=True, values=values)
+
+
+@custom_op(UPDATE, mutates_args=("conv_states",))
+def _update_op(x: torch.Tensor, conv_states: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+               cache_indices: torch.Tensor, activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
+    _check_update(x, conv_states, weight, bias, cache_indices, activation, values=True)
+    impl = resolve(UPDATE, backend, x.device)
+    return impl(x=x, conv_states=conv_states, weight=weight, bias=bias, cache_indices=cache_indices,
+                activation=activation)
+
+
+@_update_op.register_fake
+def _update_fake(x, conv_states, weight, bias, cache_indices, activation, backend):
+    _check_update(x, conv_states, weight, bias, cache_indices, activation, values=False)
+    return torch.empty_like(x)
+
+
+def causal_conv1d_update(x, conv_states, weight, bias=None, *, cache_indices, activation="silu",
+                         backend: str | None = None) -> torch.Tensor:
+    """One-token step of the causal convolution for B sequences.
+
+    Args:
+        x: [B, C] float, one new input per sequence.
+        conv_states: [S, K-1, C] pool; row ``cache_indices[b]`` holds the
+            previous K-1 inputs (oldest first) and is shifted in place to end
+            with x[b].
+        weight: [C, K]; bias: [C] or None.
+        cache_indices: [B] int32/int64; -1 marks padding (output zeros, no write).
+        activation: "silu" or None.
+    Returns:
+        [B, C] in x's dtype.
+    """
+    return torch.ops.qwen_ops.causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation, backend)

@@ -1,0 +1,192 @@
+"""Public GDN ops: argument checks, backend dispatch, torch.library entries.
+
+Shapes: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv]; Hv % Hk == 0
+and value head h reads key head h // (Hv / Hk). With ``cu_seqlens`` [N+1],
+B == 1 and the N sequences are packed along T; otherwise N == B. States are
+float32 [N, Hv, Dk, Dv]; with ``ssm_state_indices`` [N] the initial state is a
+pool [S, Hv, Dk, Dv] updated in place.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import _validate as check
+from .._backend import resolve
+from .._library import custom_op, resolved_scale
+
+F32 = (torch.float32,)
+
+
+def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
+                      has_initial_state, *, values):
+    check.tensor(op, "q", q, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hk, Dk]")
+    b, t, hk, dk = q.shape
+    check.tensor(op, "k", k, dtypes=check.FLOAT_DTYPES, shape=(b, t, hk, dk), layout=f"[B, T, Hk, Dk] = {list(q.shape)}")
+    check.tensor(op, "v", v, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hv, Dv]")
+    check.tensor(op, "v", v, shape=(b, t, None, None), layout=f"[B, T, Hv, Dv] with B = {b}, T = {t}")
+    hv, dv = v.shape[2], v.shape[3]
+    check.same_dtype(op, q=q, k=k, v=v)
+    check.gqa(op, hv, hk, q_name="v", kv_name="q")
+    check.tensor(op, "g", g, dtypes=F32, shape=(b, t, hv), layout=f"[B, T, Hv] = [{b}, {t}, {hv}] float32")
+    check.tensor(op, "beta", beta, dtypes=check.FLOAT_DTYPES, shape=(b, t, hv), layout=f"[B, T, Hv] = [{b}, {t}, {hv}]")
+    n = b
+    if cu_seqlens is not None:
+        check.tensor(op, "cu_seqlens", cu_seqlens, dtypes=check.INDEX_DTYPES, ndim=1, layout="[N+1]")
+        if b != 1:
+            raise ValueError(f"{op}: with 'cu_seqlens' the batch size B of 'q' must be 1, got {b}")
+        n = cu_seqlens.shape[0] - 1
+        check.cumulative(op, "cu_seqlens", cu_seqlens, t, values=values)
+    if ssm_state_indices is not None:
+        check.tensor(op, "ssm_state_indices", ssm_state_indices, dtypes=check.INDEX_DTYPES, shape=(n,),
+                     layout=f"[N] = [{n}]")
+        if initial_state is None:
+            raise ValueError(f"{op}: 'ssm_state_indices' needs 'initial_state', the state pool [S, Hv, Dk, Dv]")
+        check.tensor(op, "initial_state", initial_state, dtypes=F32, shape=(None, hv, dk, dv),
+                     layout=f"[S, Hv, Dk, Dv] = [S, {hv}, {dk}, {dv}] float32 (a state pool)")
+        check.indices(op, "ssm_state_indices", ssm_state_indices, initial_state.shape[0], allow_padding=True,
+                      values=values)
+    elif initial_state is not None:
+        check.tensor(op, "initial_state", initial_state, dtypes=F32, shape=(n, hv, dk, dv),
+                     layout=f"[N, Hv, Dk, Dv] = [{n}, {hv}, {dk}, {dv}] float32")
+    if has_initial_state is not None:
+        check.tensor(op, "has_initial_state", has_initial_state, dtypes=(torch.bool,), shape=(n,),
+                     layout=f"[N] = [{n}] bool")
+        if initial_state is None:
+            raise ValueError(f"{op}: 'has_initial_state' was given without 'initial_state'")
+    if initial_state is not None and not initial_state.is_contiguous():
+        raise ValueError(f"{op}: argument 'initial_state' must be contiguous")
+    check.same_device(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                      ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state)
+    return n, hv, dk, dv
+
+
+def _register_delta_rule(name: str):
+    """Both delta-rule ops share one signature; register one of them."""
+
+    @custom_op(name, mutates_args=("initial_state",))
+    def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+            scale: Optional[float], initial_state: Optional[torch.Tensor], output_final_state: bool,
+            cu_seqlens: Optional[torch.Tensor], ssm_state_indices: Optional[torch.Tensor],
+            has_initial_state: Optional[torch.Tensor], use_qk_l2norm_in_kernel: bool,
+            backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
+                          ssm_state_indices, has_initial_state, values=True)
+        impl = resolve(name, backend, q.device)
+        o, final = impl(q=q, k=k, v=v, g=g, beta=beta, scale=resolved_scale(scale, q.shape[-1]),
+                        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                        ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+        # custom ops cannot return None: an empty tensor stands for "no final state".
+        return o, (final if final is not None else q.new_empty(0, dtype=torch.float32))
+
+    @_op.register_fake
+    def _fake(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
+              has_initial_state, use_qk_l2norm_in_kernel, backend):
+        n, hv, dk, dv = _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
+                                          ssm_state_indices, has_initial_state, values=False)
+        shape = (n, hv, dk, dv) if output_final_state else (0,)
+        return v.new_empty(v.shape), q.new_empty(shape, dtype=torch.float32)
+
+    return _op
+
+
+_register_delta_rule("chunk_gated_delta_rule")
+_register_delta_rule("fused_recurrent_gated_delta_rule")
+
+_DELTA_RULE_DOC = """
+
+    Per sequence and value head, with state S [Dk, Dv] in float32, for each
+    token t: ``S = S * exp(g_t)``; ``S = S + outer(k_t, beta_t * (v_t - S^T k_t))``;
+    ``o_t = S^T (scale * q_t)``.
+
+    Args:
+        q, k: [B, T, Hk, Dk]; v: [B, T, Hv, Dv]; one float dtype.
+        g: [B, T, Hv] float32 log-decay. beta: [B, T, Hv], float.
+        scale: default ``Dk ** -0.5``.
+        initial_state: float32 [N, Hv, Dk, Dv] (zeros if None), or with
+            ``ssm_state_indices`` a state pool [S, Hv, Dk, Dv].
+        output_final_state: also return the final states [N, Hv, Dk, Dv].
+        cu_seqlens: [N+1] int32/int64; B must be 1, sequences packed along T.
+        ssm_state_indices: [N]; sequence r starts from pool row
+            ``ssm_state_indices[r]`` and its final state is written back there
+            in place. -1 marks padding: skipped, its outputs are zeros.
+        has_initial_state: [N] bool; False rows start from zeros.
+        use_qk_l2norm_in_kernel: divide q and k by ``sqrt(sum(x^2) + 1e-6)`` first.
+    Returns:
+        ``(o, final_state)``: o [B, T, Hv, Dv] in v's dtype; final_state
+        float32 [N, Hv, Dk, Dv] or None when not requested.
+    """
+
+
+def _delta_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
+                has_initial_state, use_qk_l2norm_in_kernel, backend):
+    op = getattr(torch.ops.qwen_ops, name)
+    o, final = op(q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens, ssm_state_indices,
+                  has_initial_state, bool(use_qk_l2norm_in_kernel), backend)
+    return o, (final if output_final_state else None)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
+                           cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
+                           use_qk_l2norm_in_kernel=False, backend: str | None = None):
+    return _delta_rule("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
+                       cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, backend)
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
+                                     cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
+                                     use_qk_l2norm_in_kernel=False, backend: str | None = None):
+    return _delta_rule("fused_recurrent_gated_delta_rule", q, k, v, g, beta, scale, initial_state,
+                       output_final_state, cu_seqlens, ssm_state_indices, has_initial_state,
+                       use_qk_l2norm_in_kernel, backend)
+
+
+chunk_gated_delta_rule.__doc__ = (
+    "Gated delta rule over whole sequences, computed chunk by chunk (chunk size 64)."
+    " Compatible with flash-linear-attention's function of the same name." + _DELTA_RULE_DOC)
+fused_recurrent_gated_delta_rule.__doc__ = (
+    "Gated delta rule computed token by token; with ``ssm_state_indices`` it is the"
+    " decode update engines call every step." + _DELTA_RULE_DOC)
+
+
+# ----------------------------------------------------------------------------- gating
+
+GATING = "fused_gdn_gating"
+
+
+def _check_gating(A_log, a, b, dt_bias):
+    check.tensor(GATING, "a", a, dtypes=check.FLOAT_DTYPES, ndim=2, layout="[T, Hv]")
+    hv = a.shape[1]
+    check.tensor(GATING, "b", b, dtypes=check.FLOAT_DTYPES, shape=tuple(a.shape), layout=f"[T, Hv] = {list(a.shape)}")
+    check.tensor(GATING, "A_log", A_log, dtypes=check.FLOAT_DTYPES, shape=(hv,), layout=f"[Hv] = [{hv}]")
+    check.tensor(GATING, "dt_bias", dt_bias, dtypes=check.FLOAT_DTYPES, shape=(hv,), layout=f"[Hv] = [{hv}]")
+    check.same_device(GATING, A_log=A_log, a=a, b=b, dt_bias=dt_bias)
+
+
+@custom_op(GATING)
+def _gating_op(A_log: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dt_bias: torch.Tensor,
+               backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_gating(A_log, a, b, dt_bias)
+    impl = resolve(GATING, backend, a.device)
+    return impl(A_log=A_log, a=a, b=b, dt_bias=dt_bias)
+
+
+@_gating_op.register_fake
+def _gating_fake(A_log, a, b, dt_bias, backend):
+    _check_gating(A_log, a, b, dt_bias)
+    return a.new_empty(a.shape, dtype=torch.float32), b.new_empty(b.shape)
+
+
+def fused_gdn_gating(A_log, a, b, dt_bias, *, backend: str | None = None):
+    """GDN gates from the projections ``a`` and ``b``.
+
+    Args:
+        A_log, dt_bias: [Hv]; a, b: [T, Hv]; float dtypes.
+    Returns:
+        ``(g, beta)``: g = ``-exp(A_log) * softplus(a + dt_bias)`` float32
+        [T, Hv] (softplus as torch's, beta 1, threshold 20);
+        beta = ``sigmoid(b)`` [T, Hv] in b's dtype.
+    """
+    return torch.ops.qwen_ops.fused_gdn_gating(A_log, a, b, dt_bias, backend)
