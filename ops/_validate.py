@@ -109,9 +109,17 @@ def gqa(op: str, num_q_heads: int, num_kv_heads: int, q_name="query", kv_name="k
     return num_q_heads // num_kv_heads
 
 
+def nonempty_dim(op: str, name: str, t: torch.Tensor, axis: int, what: str) -> None:
+    """Dimension ``axis`` of ``t`` must be >= 1 (a zero head dim or block size would divide by zero)."""
+    if t.shape[axis] < 1:
+        raise ValueError(f"{op}: argument '{name}' must have {what} >= 1 (dim {axis}), got shape {tuple(t.shape)}")
+
+
 def kv_cache_pair(op: str, key_cache, value_cache) -> tuple[int, int, int, int]:
     """Check a paged BNSD cache pair [NB, Hkv, Bs, D]; return (NB, Hkv, Bs, D)."""
     tensor(op, "key_cache", key_cache, dtypes=CACHE_DTYPES, ndim=4, layout="[NB, Hkv, Bs, D]")
+    nonempty_dim(op, "key_cache", key_cache, 2, "block size Bs")
+    nonempty_dim(op, "key_cache", key_cache, 3, "head dim D")
     tensor(op, "value_cache", value_cache, dtypes=CACHE_DTYPES, shape=tuple(key_cache.shape),
            layout="[NB, Hkv, Bs, D] (same as key_cache)")
     same_dtype(op, key_cache=key_cache, value_cache=value_cache)
@@ -120,16 +128,26 @@ def kv_cache_pair(op: str, key_cache, value_cache) -> tuple[int, int, int, int]:
     return tuple(key_cache.shape)
 
 
+def disjoint(op: str, a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor) -> None:
+    """Two contiguous tensors that an op writes must not share memory (one write would clobber the other)."""
+    a_start, b_start = a.data_ptr(), b.data_ptr()
+    a_end = a_start + a.numel() * a.element_size()
+    b_end = b_start + b.numel() * b.element_size()
+    if a.numel() and b.numel() and a_start < b_end and b_start < a_end:
+        raise ValueError(f"{op}: arguments '{a_name}' and '{b_name}' share memory; they must be separate tensors")
+
+
 def kv_scales(op: str, cache_dtype: torch.dtype, k_scale, v_scale, num_kv_heads: int, head_dim: int,
               *, values: bool = True) -> None:
-    """INT8 caches need float32 [Hkv, D] scales > 0; float caches take none."""
+    """INT8 caches need float32 [Hkv, D] scales, finite and > 0; float caches take none."""
     if cache_dtype == torch.int8:
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
             if s is None:
                 raise ValueError(f"{op}: an int8 KV cache needs '{name}' (float32 [Hkv, D] = [{num_kv_heads}, {head_dim}])")
             tensor(op, name, s, dtypes=(torch.float32,), shape=(num_kv_heads, head_dim), layout="[Hkv, D]")
-            if values and not bool((s > 0).all()):
-                raise ValueError(f"{op}: argument '{name}' must be > 0 everywhere")
+            # inf would dequantize 0 * inf = nan: reject it with the non-positive ones.
+            if values and not bool((torch.isfinite(s) & (s > 0)).all()):
+                raise ValueError(f"{op}: argument '{name}' must be finite and > 0 everywhere")
     else:
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
             if s is not None:
@@ -170,11 +188,13 @@ def cumulative(op: str, name: str, t: torch.Tensor, total: int, *, values: bool 
 def block_table(op: str, block_tables: torch.Tensor, needed_tokens: torch.Tensor, num_blocks: int,
                 block_size: int, *, values: bool = True, lens_name: str = "seq_lens") -> None:
     """Blocks that will be read (the first ceil(len / Bs) of each row) must be in [0, NB)."""
-    if not values or block_tables.numel() == 0:
+    # An empty table ([N, 0]) is fine only if no tokens are read: the capacity
+    # check must run before any early return.
+    if not values or needed_tokens.numel() == 0:
         return
     max_blocks = block_tables.shape[1]
     need = (needed_tokens.to(torch.int64) + block_size - 1) // block_size
-    if needed_tokens.numel() and int(need.max()) > max_blocks:
+    if int(need.max()) > max_blocks:
         worst = int(needed_tokens.max())
         raise ValueError(
             f"{op}: argument '{lens_name}' has {worst} tokens but 'block_tables' holds at most "

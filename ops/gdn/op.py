@@ -23,6 +23,7 @@ def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, c
                       has_initial_state, *, values):
     check.tensor(op, "q", q, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hk, Dk]")
     b, t, hk, dk = q.shape
+    check.nonempty_dim(op, "q", q, 3, "key head dim Dk")  # the default scale is Dk ** -0.5
     check.tensor(op, "k", k, dtypes=check.FLOAT_DTYPES, shape=(b, t, hk, dk), layout=f"[B, T, Hk, Dk] = {list(q.shape)}")
     check.tensor(op, "v", v, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hv, Dv]")
     check.tensor(op, "v", v, shape=(b, t, None, None), layout=f"[B, T, Hv, Dv] with B = {b}, T = {t}")
@@ -111,7 +112,8 @@ _DELTA_RULE_DOC = """
         cu_seqlens: [N+1] int32/int64; B must be 1, sequences packed along T.
         ssm_state_indices: [N]; sequence r starts from pool row
             ``ssm_state_indices[r]`` and its final state is written back there
-            in place. -1 marks padding: skipped, its outputs are zeros.
+            in place. -1 marks padding: skipped, its outputs (and its
+            final_state row, if requested) are zeros, nothing is written.
         has_initial_state: [N] bool; False rows start from zeros.
         use_qk_l2norm_in_kernel: divide q and k by ``sqrt(sum(x^2) + 1e-6)`` first.
     Returns:

@@ -1,0 +1,118 @@
+"""Torch reference of the gated delta rule, token by token (the golden).
+
+Per sequence and value head, with state S [Dk, Dv] in float32, for each token t:
+
+    S   = S * exp(g_t)                              # decay
+    S   = S + outer(k_t, beta_t * (v_t - S^T k_t))  # delta-rule write
+    o_t = S^T (scale * q_t)                         # read
+
+This file also holds ``run_per_sequence``, the driver shared with the chunked
+reference (``chunk.py``): it splits the batch or the packed tokens into
+sequences, prepares float32 operands (l2norm, key heads repeated for value
+heads, scale folded into q), picks each sequence's initial state (plain,
+pool row, zeros, or padding) and writes final states back. The two references
+differ only in the ``SequenceFn`` they pass to it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+# (q [L, Hv, Dk], k [L, Hv, Dk], v [L, Hv, Dv], g [L, Hv], beta [L, Hv], state [Hv, Dk, Dv]) -> (o [L, Hv, Dv], state)
+# All float32; q already carries the scale and the key heads are already repeated per value head.
+SequenceFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+L2NORM_EPS = 1e-6
+
+
+def l2normalize(x: torch.Tensor) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + 1e-6)`` over the last dim, in float32."""
+    x = x.to(torch.float32)
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + L2NORM_EPS)
+
+
+def sequence_spans(batch: int, tokens: int, cu_seqlens: Optional[torch.Tensor]) -> list[tuple[int, int, int]]:
+    """(batch row, first token, end token) of each of the N sequences."""
+    if cu_seqlens is None:
+        return [(b, 0, tokens) for b in range(batch)]
+    offsets = cu_seqlens.tolist()
+    return [(0, offsets[r], offsets[r + 1]) for r in range(len(offsets) - 1)]
+
+
+def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initial_state, output_final_state,
+                     cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+    """Apply ``sequence_fn`` to each sequence with the right initial state; see the op's docstring.
+
+    Inputs are validated by the public op. Sequence r starts from:
+    ``initial_state[ssm_state_indices[r]]`` in pool mode, else
+    ``initial_state[r]``; zeros where ``has_initial_state[r]`` is False or
+    there is no ``initial_state``. Pool index -1 is padding: the sequence is
+    skipped (outputs zeros, final state zeros, nothing written). In pool mode
+    the final state of every other sequence is written back to its row in
+    place; a plain ``initial_state`` is never modified.
+
+    Returns ``(o [B, T, Hv, Dv] in v's dtype, final_state float32 [N, Hv, Dk, Dv] or None)``.
+    """
+    batch, tokens, num_k_heads, dk = q.shape
+    num_v_heads, dv = v.shape[2], v.shape[3]
+    out_dtype = v.dtype
+    group = num_v_heads // num_k_heads
+
+    if use_qk_l2norm_in_kernel:
+        q, k = l2normalize(q), l2normalize(k)
+    # Value head h reads key head h // group: repeat each key head group times, consecutively.
+    q = (q.to(torch.float32) * scale).repeat_interleave(group, dim=2)
+    k = k.to(torch.float32).repeat_interleave(group, dim=2)
+    v, g, beta = v.to(torch.float32), g.to(torch.float32), beta.to(torch.float32)
+
+    spans = sequence_spans(batch, tokens, cu_seqlens)
+    slots = None if ssm_state_indices is None else ssm_state_indices.tolist()
+    starts_from_state = None if has_initial_state is None else has_initial_state.tolist()
+
+    o = torch.zeros(batch, tokens, num_v_heads, dv, dtype=torch.float32, device=v.device)
+    final = (torch.zeros(len(spans), num_v_heads, dk, dv, dtype=torch.float32, device=v.device)
+             if output_final_state else None)
+    for r, (b, start, end) in enumerate(spans):
+        row = r if slots is None else slots[r]
+        if row < 0:
+            continue  # padding
+        if initial_state is not None and (starts_from_state is None or starts_from_state[r]):
+            state = initial_state[row].clone()
+        else:
+            state = torch.zeros(num_v_heads, dk, dv, dtype=torch.float32, device=v.device)
+        if end > start:
+            o[b, start:end], state = sequence_fn(q[b, start:end], k[b, start:end], v[b, start:end],
+                                                 g[b, start:end], beta[b, start:end], state)
+        if slots is not None:
+            initial_state[row] = state
+        if final is not None:
+            final[r] = state
+    return o.to(out_dtype), final
+
+
+def recurrent_sequence(q, k, v, g, beta, state):
+    """The recurrence over one sequence, token by token, vectorised over value heads (a ``SequenceFn``)."""
+    o = torch.empty_like(v)
+    for t in range(q.shape[0]):
+        state = state * torch.exp(g[t])[:, None, None]
+        predicted = torch.einsum("hkv,hk->hv", state, k[t])
+        correction = beta[t][:, None] * (v[t] - predicted)
+        state = state + k[t][:, :, None] * correction[:, None, :]
+        o[t] = torch.einsum("hkv,hk->hv", state, q[t])
+    return o, state
+
+
+def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                                     ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+    """Gated delta rule token by token in float32: the golden reference.
+
+    Shapes as the public op: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta
+    [B, T, Hv]; states float32 [N, Hv, Dk, Dv] or a pool [S, Hv, Dk, Dv] with
+    ``ssm_state_indices`` (updated in place). Returns (o [B, T, Hv, Dv] in
+    v's dtype, final_state or None).
+    """
+    return run_per_sequence(recurrent_sequence, q=q, k=k, v=v, g=g, beta=beta, scale=scale,
+                            initial_state=initial_state, output_final_state=output_final_state,
+                            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
+                            has_initial_state=has_initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
