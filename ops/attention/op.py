@@ -20,6 +20,7 @@ I32 = (torch.int32,)
 def _check_query_and_cache(op, query, key_cache, value_cache, k_scale, v_scale, *, values):
     """Checks shared by every attention op; returns (NB, Hkv, Bs, D)."""
     check.tensor(op, "query", query, dtypes=check.FLOAT_DTYPES, ndim=3, layout="[T or N, Hq, D]")
+    check.nonempty_dim(op, "query", query, 2, "head dim D")
     nb, hkv, bs, d = check.kv_cache_pair(op, key_cache, value_cache)
     check.head_dims(op, **{"query head dim": query.shape[2], "key_cache head dim": d})
     check.gqa(op, query.shape[1], hkv)
@@ -106,6 +107,7 @@ def _check_prefill(query, key, value, cu_seqlens_q, key_cache, value_cache, bloc
                    k_scale, v_scale, *, values):
     op = PREFILL
     check.tensor(op, "query", query, dtypes=check.FLOAT_DTYPES, ndim=3, layout="[T, Hq, D]")
+    check.nonempty_dim(op, "query", query, 2, "head dim D")
     t = query.shape[0]
     check.tensor(op, "cu_seqlens_q", cu_seqlens_q, dtypes=I32, ndim=1, layout="[N+1] int32")
     n = cu_seqlens_q.shape[0] - 1

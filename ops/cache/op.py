@@ -16,9 +16,10 @@ def _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, *
     nb, hkv, bs, d = check.kv_cache_pair(OP, key_cache, value_cache)
     check.tensor(OP, "key", key, dtypes=check.FLOAT_DTYPES, ndim=3, layout="[T, Hkv, D]")
     t = key.shape[0]
-    check.tensor(OP, "value", value, dtypes=check.FLOAT_DTYPES, shape=(t, hkv, d), layout=f"[T, Hkv, D] = [{t}, {hkv}, {d}]")
+    # key against the cache first, so that a key/value pair with the wrong heads blames 'key'.
     check.head_dims(OP, **{"key heads": key.shape[1], "key_cache heads": hkv})
     check.head_dims(OP, **{"key head dim": key.shape[2], "key_cache head dim": d})
+    check.tensor(OP, "value", value, dtypes=check.FLOAT_DTYPES, shape=(t, hkv, d), layout=f"[T, Hkv, D] = [{t}, {hkv}, {d}]")
     check.same_dtype(OP, key=key, value=value)
     if key_cache.dtype != torch.int8:
         check.same_dtype(OP, key=key, key_cache=key_cache)
@@ -27,6 +28,8 @@ def _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, *
                       slot_mapping=slot_mapping, k_scale=k_scale, v_scale=v_scale)
     check.kv_scales(OP, key_cache.dtype, k_scale, v_scale, hkv, d, values=values)
     check.indices(OP, "slot_mapping", slot_mapping, nb * bs, allow_padding=True, values=values)
+    if values:  # fake tensors have no addresses
+        check.disjoint(OP, "key_cache", key_cache, "value_cache", value_cache)
 
 
 @custom_op(OP, mutates_args=("key_cache", "value_cache"))
@@ -50,11 +53,11 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=
 
     Args:
         key, value: [T, Hkv, D], float16/bfloat16/float32 (same dtype).
-        key_cache, value_cache: [NB, Hkv, Bs, D] paged BNSD caches, contiguous;
-            float (same dtype as ``key``) or int8.
+        key_cache, value_cache: [NB, Hkv, Bs, D] paged BNSD caches, contiguous
+            and not overlapping in memory; float (same dtype as ``key``) or int8.
         slot_mapping: [T] int32/int64; token t goes to block ``slot // Bs``,
             row ``slot % Bs``. -1 marks padding (not written). Slots are unique.
-        k_scale, v_scale: float32 [Hkv, D] > 0, required for int8 caches and
+        k_scale, v_scale: float32 [Hkv, D], finite and > 0, required for int8 caches and
             forbidden otherwise. INT8 stores
             ``clamp(round_half_to_even(x / scale), -128, 127)``.
         backend: "torch", "triton", "ascendc" or None (see ``qwen_ops.ops``).
@@ -72,9 +75,16 @@ def kv_scales_from_absmax(x: torch.Tensor) -> torch.Tensor:
         x: [..., Hkv, D] samples of keys or values (any float dtype).
     Returns:
         float32 [Hkv, D]: ``max |x| / 127`` over all leading dims, floored at 1e-8.
+    Raises:
+        TypeError/ValueError if ``x`` is not a float tensor, has fewer than 2
+        dims, is empty or holds inf/nan.
     """
     check.tensor("kv_scales_from_absmax", "x", x, dtypes=check.FLOAT_DTYPES)
-    if x.dim() < 2:
-        raise ValueError(f"kv_scales_from_absmax: argument 'x' must be [..., Hkv, D], got shape {tuple(x.shape)}")
+    if x.dim() < 2 or x.numel() == 0:
+        raise ValueError(f"kv_scales_from_absmax: argument 'x' must be a non-empty [..., Hkv, D], "
+                         f"got shape {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()):
+        # An inf or nan sample would make a scale that turns every cached value into nan.
+        raise ValueError("kv_scales_from_absmax: argument 'x' must be finite (it holds inf or nan)")
     amax = x.detach().abs().to(torch.float32).reshape(-1, *x.shape[-2:]).amax(dim=0)
     return (amax / 127.0).clamp_min(1e-8)

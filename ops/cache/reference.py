@@ -1,8 +1,12 @@
 """Torch reference for writing into the paged KV cache (defines the semantics).
 
-Layout: ``key_cache``/``value_cache`` are [NB, Hkv, Bs, D]; the slot of a
-token is ``block * Bs + row`` and the token's head h lands at
-``cache[block, h, row, :]``.
+Contract. ``key_cache``/``value_cache`` are paged BNSD [NB, Hkv, Bs, D]; the
+slot of a token is ``block * Bs + row`` and the token's head h lands at
+``cache[block, h, row, :]``. Slot -1 marks padding: that token is not written,
+and nothing outside the given slots changes. Float caches store the token as
+is (same dtype); INT8 caches store it symmetric per channel,
+``clamp(round_half_to_even(x / scale), -128, 127)`` with float32 [Hkv, D]
+scales, and read back as ``q * scale``.
 """
 from __future__ import annotations
 
@@ -24,7 +28,12 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def reshape_and_cache(*, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale) -> None:
-    nb, hkv, bs, d = key_cache.shape
+    """Write key/value [T, Hkv, D] to their slots ([T], -1 = skip) of the caches, in place.
+
+    Inputs are validated by the public op (unique slots in range, scales only
+    and always for int8 caches).
+    """
+    bs = key_cache.shape[2]
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].to(torch.int64)
     blocks, rows = slots // bs, slots % bs
