@@ -1,0 +1,19 @@
+"""Token-budget scheduler for serving Qwen3.5 on Ascend: vLLM V1 semantics plus Ascend step metadata."""
+
+from .config import SchedulerConfig, default_batch_limits
+from .request import Request, RequestStatus
+from .scheduler import RequestOutput, Scheduler, SchedulerOutput
+from .step_metadata import AttentionState, StepMetadata, build_step_metadata
+
+__all__ = [
+    "AttentionState",
+    "Request",
+    "RequestOutput",
+    "RequestStatus",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerOutput",
+    "StepMetadata",
+    "build_step_metadata",
+    "default_batch_limits",
+]

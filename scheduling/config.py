@@ -1,0 +1,111 @@
+"""Scheduler configuration and the default batch limits vLLM derives from device memory."""
+
+from dataclasses import dataclass
+
+POLICIES = ("fcfs", "priority")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits and switches of the token-budget scheduler (vLLM V1 names and defaults).
+
+    max_num_batched_tokens: tokens scheduled in one step, all requests together.
+    max_num_seqs: requests running at once.
+    block_size: tokens per KV block.
+    num_blocks: KV blocks in the pool, including the reserved null block 0.
+    max_model_len: longest sequence (prompt plus outputs).
+    enable_chunked_prefill: split prompts across steps to fit the budget.
+    enable_prefix_caching: reuse full KV blocks of identical prefixes.
+    policy: "fcfs" or "priority" (smaller priority value first).
+    long_prefill_token_threshold: cap on one request's tokens per step (0: no cap).
+    reserve_full_prompt: admit a request only if its whole prompt fits in free
+        blocks, not only its first chunk (vLLM's scheduler_reserve_full_isl).
+    num_speculative_tokens: draft tokens per step (MTP/EAGLE style: their KV
+        slots are reserved ahead as lookahead).
+    num_state_slots: GDN state slots of a hybrid model (0: pure attention).
+    """
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+    max_model_len: int
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    policy: str = "fcfs"
+    long_prefill_token_threshold: int = 0
+    reserve_full_prompt: bool = True
+    num_speculative_tokens: int = 0
+    num_state_slots: int = 0
+
+    def __post_init__(self):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len"):
+            _require_int(name, getattr(self, name), minimum=1)
+        _require_int("num_blocks", self.num_blocks, minimum=2)  # null block + one usable
+        for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_state_slots"):
+            _require_int(name, getattr(self, name), minimum=0)
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        # The same consistency checks vLLM's SchedulerConfig makes.
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_model_len ({self.max_model_len}) when enable_chunked_prefill is False"
+            )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.long_prefill_token_threshold > self.max_model_len:
+            raise ValueError(
+                f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) must be "
+                f"<= max_model_len ({self.max_model_len})"
+            )
+        if self.num_speculative_tokens >= self.max_num_batched_tokens:
+            raise ValueError(
+                f"num_speculative_tokens ({self.num_speculative_tokens}) must be < "
+                f"max_num_batched_tokens ({self.max_num_batched_tokens})"
+            )
+        if self.num_state_slots and self.enable_prefix_caching:
+            # A GDN state summarises the whole prefix; a prefix-cache hit would need the
+            # state saved at that exact block boundary, which this scheduler does not keep.
+            raise ValueError(
+                "enable_prefix_caching cannot be combined with num_state_slots > 0: "
+                "prefix caching on a hybrid (GDN) model is not supported"
+            )
+
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks that requests can own: all but the null block 0."""
+        return self.num_blocks - 1
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether each request also holds a GDN state slot."""
+        return self.num_state_slots > 0
+
+
+def _require_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def default_batch_limits(memory_gib: float, device_name: str, usage: str) -> tuple[int, int]:
+    """Return (max_num_batched_tokens, max_num_seqs) as vLLM 0.33 picks them by default.
+
+    memory_gib: device memory in GiB, as the engine reads it from the device.
+    device_name: the device's name; an A100 keeps the small limits whatever its memory.
+    usage: "server" (OpenAI API server) or "offline" (the LLM class).
+    """
+    if usage not in ("server", "offline"):
+        raise ValueError(f"usage must be 'server' or 'offline', got {usage!r}")
+    if memory_gib < 0:
+        raise ValueError(f"memory_gib must be >= 0, got {memory_gib}")
+    if memory_gib >= 160:
+        return 16384, 1024
+    if memory_gib >= 70 and "a100" not in device_name.lower():
+        return (8192 if usage == "server" else 16384), 1024
+    return (2048 if usage == "server" else 8192), 256

@@ -1,0 +1,121 @@
+"""A generation request as the scheduler sees it: tokens, a computed-token cursor, a status."""
+
+import enum
+import time
+
+
+class RequestStatus(enum.Enum):
+    """Where a request is in its life (vLLM's names)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "finished_stopped"  # EOS or a stop token
+    FINISHED_LENGTH_CAPPED = "finished_length_capped"  # max_tokens or max_model_len
+    FINISHED_ABORTED = "finished_aborted"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The OpenAI-style reason: "stop", "length", "abort", or None while unfinished."""
+        return _FINISH_REASONS.get(self)
+
+
+_FINISHED = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_ABORTED}
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+class Request:
+    """One request: its prompt, its outputs so far and the scheduler's bookkeeping.
+
+    The scheduler's cursor is `num_computed_tokens`: how many of `all_token_ids`
+    have their KV written (or scheduled to be, within the current step).
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        max_tokens: int,
+        arrival_time: float | None = None,
+        priority: int = 0,
+        eos_token_id: int | None = None,
+        stop_token_ids=(),
+        ignore_eos: bool = False,
+    ):
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        if not prompt_token_ids:
+            raise ValueError(f"prompt_token_ids of request {request_id!r} must not be empty")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens of request {request_id!r} must be an int >= 1, got {max_tokens!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority of request {request_id!r} must be an int, got {priority!r}")
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.all_token_ids = list(self.prompt_token_ids)
+        self.max_tokens = max_tokens
+        self.arrival_time = time.time() if arrival_time is None else float(arrival_time)
+        self.priority = priority
+        self.eos_token_id = None if ignore_eos else eos_token_id
+        self.stop_token_ids = frozenset(stop_token_ids)
+        self.ignore_eos = ignore_eos
+
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | None = None  # the stop token that finished it
+        self.num_computed_tokens = 0
+        self.spec_token_ids: list[int] = []  # draft tokens to verify in the next step
+        self.num_preemptions = 0
+        # Whether its last scheduled step ended inside the prompt (vLLM's
+        # is_prefill_chunk): such a step sampled nothing.
+        self.is_prefill_chunk = False
+        # Owned by the KV cache manager.
+        self.block_ids: list[int] = []
+        self.num_cached_blocks = 0  # leading blocks already registered in the prefix cache
+        self.block_hashes: list[bytes] = []  # chained hash of every full block of tokens
+        # Owned by the state slot pool of a hybrid model.
+        self.state_slot: int | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens."""
+        return len(self.all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        """Tokens plus the draft tokens waiting to be verified."""
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def __lt__(self, other: "Request") -> bool:
+        # Order of the priority policy's waiting heap, as in vLLM.
+        return (self.priority, self.arrival_time, self.request_id) < (
+            other.priority,
+            other.arrival_time,
+            other.request_id,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens})"
+        )

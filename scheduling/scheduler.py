@@ -1,0 +1,441 @@
+"""The token-budget scheduler: every step, how many tokens each request advances (vLLM V1 semantics)."""
+
+import logging
+from dataclasses import dataclass, field
+
+from .config import SchedulerConfig
+from .kv_cache_manager import KVCacheManager
+from .request import Request, RequestStatus
+from .state_slots import StateSlotPool
+from .waiting_queue import make_waiting_queue
+
+logger = logging.getLogger("qwen_ops.scheduling")
+
+
+@dataclass
+class SchedulerOutput:
+    """What one step computes. Per-request dicts are keyed by request id, in batch order.
+
+    num_scheduled_tokens: tokens each request advances in this step (drafts included).
+    total_num_scheduled_tokens: their sum, at most max_num_batched_tokens.
+    num_computed_tokens: each request's cursor before this step.
+    token_ids: the input tokens of each request in this step (known tokens, then drafts).
+    block_ids: each request's whole block table. It is the request's live list,
+        read it before the next schedule() call.
+    new_block_ids: blocks allocated to each request in this step.
+    scheduled_spec_decode_tokens: draft tokens verified in this step (-1: padding).
+    state_slots: GDN state slot of each request (hybrid models only).
+    sampling_req_ids: requests that sample a token in this step (their cursor reaches
+        num_tokens); a partial prefill chunk samples none.
+    new_request_ids: requests admitted for the first time in this step.
+    resumed_request_ids: preempted requests readmitted in this step.
+    preempted_req_ids: requests preempted in this step.
+    finished_req_ids: requests that finished or were aborted since the previous step.
+    """
+
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    num_computed_tokens: dict[str, int]
+    token_ids: dict[str, list[int]]
+    block_ids: dict[str, list[int]]
+    new_block_ids: dict[str, list[int]]
+    scheduled_spec_decode_tokens: dict[str, list[int]]
+    state_slots: dict[str, int]
+    sampling_req_ids: list[str]
+    new_request_ids: list[str]
+    resumed_request_ids: list[str]
+    preempted_req_ids: set[str]
+    finished_req_ids: set[str]
+    num_free_blocks: int
+    num_free_state_slots: int
+    block_size: int
+    enable_chunked_prefill: bool = True
+    num_speculative_tokens: int = 0
+
+
+@dataclass
+class RequestOutput:
+    """What one step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None  # "stop", "length" or "abort"
+    stop_reason: int | None = None  # the stop token id, when one finished it
+
+
+class Scheduler:
+    """Decides every step which requests run and how many tokens each advances.
+
+    Drive it as an engine does: add_request(), then repeatedly schedule(), run
+    the model, update_from_output(). The cursor (num_computed_tokens) advances
+    inside schedule(); rejected draft tokens roll it back in update_from_output().
+    """
+
+    def __init__(self, config: SchedulerConfig):
+        if not isinstance(config, SchedulerConfig):
+            raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        self.config = config
+        self.kv_cache = KVCacheManager(
+            config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching
+        )
+        self.state_slots = StateSlotPool(config.num_state_slots) if config.is_hybrid else None
+        self.requests: dict[str, Request] = {}
+        self.waiting = make_waiting_queue(config.policy)
+        self.running: list[Request] = []
+        self._finished_req_ids: set[str] = set()
+        # Draft-model (MTP/EAGLE) drafts write KV past the scheduled tokens: reserve it.
+        self.num_lookahead_tokens = config.num_speculative_tokens
+        # vLLM leaves the budget it picked inside a compile setting; say it up front.
+        logger.info(
+            "qwen_ops scheduler: max_num_batched_tokens=%d max_num_seqs=%d block_size=%d "
+            "usable_blocks=%d policy=%s",
+            config.max_num_batched_tokens,
+            config.max_num_seqs,
+            config.block_size,
+            config.num_usable_blocks,
+            config.policy,
+        )
+
+    # ----------------------------------------------------------------- requests
+
+    def add_request(self, request: Request) -> None:
+        """Queue a new request; rejects a duplicate id or a prompt that cannot fit max_model_len."""
+        if not isinstance(request, Request):
+            raise TypeError(f"request must be a Request, got {type(request).__name__}")
+        if request.request_id in self.requests:
+            raise ValueError(f"request_id {request.request_id!r} is already in the scheduler")
+        if request.num_prompt_tokens > self.config.max_model_len:
+            raise ValueError(
+                f"prompt_token_ids of request {request.request_id!r} has {request.num_prompt_tokens} "
+                f"tokens, more than max_model_len={self.config.max_model_len}"
+            )
+        if request.status is not RequestStatus.WAITING or request.num_computed_tokens:
+            raise ValueError(f"request {request.request_id!r} was already scheduled once")
+        self.kv_cache.update_block_hashes(request)
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def abort_request(self, request_id: str) -> bool:
+        """Abort a request and free what it holds. Returns False if it is unknown or already finished.
+
+        Not an error: a client may abort a request that finished an instant before.
+        """
+        request = self.requests.get(request_id)
+        if request is None:
+            return False
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        request.status = RequestStatus.FINISHED_ABORTED
+        self._free(request)
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether any request is waiting or running."""
+        return bool(self.running) or len(self.waiting) > 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Usable KV blocks not owned by any request (cached free blocks included)."""
+        return self.kv_cache.num_free_blocks
+
+    @property
+    def num_free_state_slots(self) -> int:
+        """GDN state slots not held by a request (0 for a pure-attention model)."""
+        return self.state_slots.num_free_slots if self.state_slots else 0
+
+    def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:
+        """Attach the draft tokens proposed after a step; the next step verifies them.
+
+        Drafts for a request that is mid-prefill or finished are dropped, as in vLLM.
+        """
+        for request_id, drafts in draft_token_ids.items():
+            request = self.requests.get(request_id)
+            if request is None:
+                continue
+            if len(drafts) > self.config.num_speculative_tokens:
+                raise ValueError(
+                    f"draft_token_ids[{request_id!r}] has {len(drafts)} tokens, more than "
+                    f"num_speculative_tokens={self.config.num_speculative_tokens}"
+                )
+            request.spec_token_ids = [] if request.is_prefill_chunk else list(drafts)
+
+    # ----------------------------------------------------------------- schedule
+
+    def schedule(self) -> SchedulerOutput:
+        """Pick this step's batch under the token budget and advance each scheduled request's cursor."""
+        cfg = self.config
+        token_budget = cfg.max_num_batched_tokens
+        num_scheduled: dict[str, int] = {}
+        computed_before: dict[str, int] = {}
+        new_blocks: dict[str, list[int]] = {}
+        spec_tokens: dict[str, list[int]] = {}
+        scheduled_running: list[Request] = []
+        preempted: list[Request] = []
+        new_ids, resumed_ids = [], []
+        # A long prompt may not hog the step only when someone else wants tokens too.
+        threshold = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+        # Whether a running request was mid-prefill (decides draft padding below).
+        prefill_scheduled = False
+
+        # 1. Running requests, in running order.
+        running = self.running
+        index = 0
+        while index < len(running) and token_budget > 0:
+            request = running[index]
+            num_new = request.num_tokens_with_spec - request.num_computed_tokens
+            if 0 < threshold < num_new:
+                num_new = threshold
+            # The step's last position must leave room for the token it samples.
+            num_new = min(num_new, token_budget, cfg.max_model_len - request.num_computed_tokens - 1)
+            if num_new <= 0:
+                index += 1  # nothing to do for it now; not a reason to stop
+                continue
+
+            blocks = self.kv_cache.allocate_slots(request, num_new, num_lookahead_tokens=self.num_lookahead_tokens)
+            while blocks is None:
+                victim = self._pick_victim()
+                if cfg.policy == "priority":
+                    victim_index = running.index(victim)
+                    del running[victim_index]
+                    if victim_index < index:
+                        index -= 1
+                    if victim in scheduled_running:  # give back what it got this step
+                        scheduled_running.remove(victim)
+                        token_budget += num_scheduled.pop(victim.request_id)
+                        del computed_before[victim.request_id]
+                        del new_blocks[victim.request_id]
+                        spec_tokens.pop(victim.request_id, None)
+                else:
+                    running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+                blocks = self.kv_cache.allocate_slots(
+                    request, num_new, num_lookahead_tokens=self.num_lookahead_tokens
+                )
+            if blocks is None:
+                if cfg.policy == "priority":
+                    continue  # it preempted itself; `index` already points at the next one
+                break
+
+            scheduled_running.append(request)
+            prefill_scheduled |= request.is_prefill_chunk
+            num_scheduled[request.request_id] = num_new
+            computed_before[request.request_id] = request.num_computed_tokens
+            new_blocks[request.request_id] = blocks
+            token_budget -= num_new
+            index += 1
+            if request.spec_token_ids:
+                num_drafts = num_new + request.num_computed_tokens - request.num_tokens
+                if num_drafts > 0:
+                    spec_tokens[request.request_id] = request.spec_token_ids[:num_drafts]
+                request.spec_token_ids = []
+
+        # 2. Waiting requests, unless this step had to preempt.
+        waiting = self.waiting
+        while not preempted and len(waiting) and token_budget > 0:
+            if len(running) >= cfg.max_num_seqs:
+                break
+            if self.state_slots is not None and self.state_slots.num_free_slots == 0:
+                break
+            request = waiting.peek()
+            cached_blocks, num_cached = self.kv_cache.get_computed_blocks(request)
+            num_new = request.num_tokens - num_cached
+            pad_drafts = False
+            if (
+                cfg.num_speculative_tokens
+                and num_new == 1
+                and not prefill_scheduled
+                and (scheduled_running or num_cached > 0)
+                and num_cached + 1 + cfg.num_speculative_tokens + 1 <= cfg.max_model_len
+            ):
+                # A request that only has one token left joins as a decode with
+                # placeholder drafts, so that every decode row has the same shape.
+                if 1 + cfg.num_speculative_tokens > token_budget:
+                    break
+                num_new = 1 + cfg.num_speculative_tokens
+                pad_drafts = True
+            if 0 < threshold < num_new:
+                num_new = threshold
+                if pad_drafts:  # clipped placeholder rows would not match the drafts: drop them
+                    num_new, pad_drafts = 1, False
+            if not cfg.enable_chunked_prefill and num_new > token_budget:
+                break
+            num_new = min(num_new, token_budget)
+
+            blocks = self.kv_cache.allocate_slots(
+                request,
+                num_new,
+                cached_blocks,
+                self.num_lookahead_tokens,
+                whole_prompt_must_fit=cfg.reserve_full_prompt,
+            )
+            if blocks is None:
+                break  # head-of-line: nothing behind it is admitted either
+
+            waiting.pop()
+            running.append(request)
+            if request.status is RequestStatus.WAITING:
+                new_ids.append(request.request_id)
+            else:
+                resumed_ids.append(request.request_id)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_cached
+            if self.state_slots is not None:
+                request.state_slot = self.state_slots.allocate()
+            num_scheduled[request.request_id] = num_new
+            computed_before[request.request_id] = num_cached
+            new_blocks[request.request_id] = list(request.block_ids)  # all new to the model runner
+            token_budget -= num_new
+            if pad_drafts:
+                spec_tokens[request.request_id] = [-1] * cfg.num_speculative_tokens
+
+        return self._make_output(num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids)
+
+    def _pick_victim(self) -> Request:
+        """The running request to preempt: the last one (FCFS) or the lowest priority one."""
+        if self.config.policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        return self.running[-1]
+
+    def _preempt(self, request: Request) -> None:
+        """Free all the request's blocks and requeue it at the front, to recompute from scratch."""
+        self._release_resources(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.waiting.prepend(request)
+
+    def _make_output(self, num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids):
+        token_ids, block_ids, state_slots, sampling = {}, {}, {}, []
+        requests = self.requests
+        for request_id, num_new in num_scheduled.items():
+            request = requests[request_id]
+            start = computed_before[request_id]
+            drafts = spec_tokens.get(request_id)
+            num_known = num_new - len(drafts) if drafts else num_new
+            token_ids[request_id] = request.all_token_ids[start : start + num_known]
+            if drafts:
+                token_ids[request_id] += drafts
+            block_ids[request_id] = request.block_ids
+            if request.state_slot is not None:
+                state_slots[request_id] = request.state_slot
+            if start + num_known >= request.num_tokens:
+                sampling.append(request_id)
+            # The cursor advances now, so the next step can continue a chunked
+            # prefill at once; rejected drafts roll it back in update_from_output.
+            request.num_computed_tokens = start + num_new
+            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
+        finished, self._finished_req_ids = self._finished_req_ids, set()
+        return SchedulerOutput(
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=sum(num_scheduled.values()),
+            num_computed_tokens=computed_before,
+            token_ids=token_ids,
+            block_ids=block_ids,
+            new_block_ids=new_blocks,
+            scheduled_spec_decode_tokens=spec_tokens,
+            state_slots=state_slots,
+            sampling_req_ids=sampling,
+            new_request_ids=new_ids,
+            resumed_request_ids=resumed_ids,
+            preempted_req_ids={r.request_id for r in preempted},
+            finished_req_ids=finished,
+            num_free_blocks=self.kv_cache.num_free_blocks,
+            num_free_state_slots=self.num_free_state_slots,
+            block_size=self.config.block_size,
+            enable_chunked_prefill=self.config.enable_chunked_prefill,
+            num_speculative_tokens=self.config.num_speculative_tokens,
+        )
+
+    # ------------------------------------------------------------ after a step
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, list[int]]
+    ) -> list[RequestOutput]:
+        """Apply the tokens sampled in a step: append them, roll back rejected drafts, stop finished requests.
+
+        sampled_token_ids: per request, the accepted draft tokens followed by the one
+            sampled token (empty or absent for a request that did not sample).
+        Returns one RequestOutput per request that got tokens or finished.
+        """
+        if not isinstance(sampled_token_ids, dict):
+            raise TypeError(f"sampled_token_ids must be a dict, got {type(sampled_token_ids).__name__}")
+        scheduled = scheduler_output.num_scheduled_tokens
+        for request_id in sampled_token_ids:
+            if request_id not in scheduled:
+                raise ValueError(f"sampled_token_ids has request {request_id!r}, not scheduled in this step")
+        outputs = []
+        stopped = []
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        for request_id in scheduled:
+            request = self.requests.get(request_id)
+            if request is None or request.status is not RequestStatus.RUNNING:
+                continue  # aborted while the step ran
+            new_tokens = sampled_token_ids.get(request_id)
+            if not new_tokens:
+                continue
+            drafts = spec.get(request_id)
+            if len(new_tokens) > 1 + (len(drafts) if drafts else 0):
+                raise ValueError(
+                    f"sampled_token_ids[{request_id!r}] has {len(new_tokens)} tokens; at most "
+                    f"1 + {len(drafts) if drafts else 0} drafts can be accepted"
+                )
+            if drafts:
+                num_rejected = len(drafts) - (len(new_tokens) - 1)
+                request.num_computed_tokens -= num_rejected
+            new_tokens = self._append_and_check_stop(request, list(new_tokens))
+            if self.config.num_speculative_tokens and self.kv_cache.enable_caching:
+                # Blocks filled by accepted drafts are known tokens now.
+                self.kv_cache.cache_blocks(request, request.num_computed_tokens)
+            output = RequestOutput(request_id, new_tokens)
+            if request.is_finished:
+                output.finished = True
+                output.finish_reason = request.status.finish_reason
+                output.stop_reason = request.stop_reason
+                stopped.append(request)
+            outputs.append(output)
+        if stopped:
+            gone = set(map(id, stopped))
+            self.running = [r for r in self.running if id(r) not in gone]
+            for request in stopped:
+                self._free(request)
+        return outputs
+
+    def _append_and_check_stop(self, request: Request, new_tokens: list[int]) -> list[int]:
+        # Stop checks in vLLM's order: EOS, stop tokens, then length.
+        cfg = self.config
+        for count, token in enumerate(new_tokens, 1):
+            request.all_token_ids.append(token)
+            if token == request.eos_token_id:
+                request.status = RequestStatus.FINISHED_STOPPED
+            elif token in request.stop_token_ids:
+                request.status = RequestStatus.FINISHED_STOPPED
+                request.stop_reason = token
+            elif request.num_tokens >= cfg.max_model_len or request.num_output_tokens >= request.max_tokens:
+                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            else:
+                continue
+            # Tokens after the stop are dropped; the cursor covers all kept tokens but the last.
+            request.num_computed_tokens -= len(new_tokens) - count
+            del new_tokens[count:]
+            break
+        self.kv_cache.update_block_hashes(request)
+        return new_tokens
+
+    def _release_resources(self, request: Request) -> None:
+        self.kv_cache.free(request)
+        if request.state_slot is not None:
+            self.state_slots.free(request.state_slot)
+            request.state_slot = None
+
+    def _free(self, request: Request) -> None:
+        """Release a finished request and forget it."""
+        self._release_resources(request)
+        self._finished_req_ids.add(request.request_id)
+        del self.requests[request.request_id]

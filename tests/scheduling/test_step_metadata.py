@@ -1,0 +1,128 @@
+"""The Ascend step layout: decode rows first, slots, positions, attention state, GDN slots."""
+
+import pytest
+import torch
+from sched_helpers import make_request, make_scheduler, step
+
+from qwen_ops.scheduling import AttentionState, build_step_metadata
+
+
+def test_layout_puts_decodes_first_and_maps_slots():
+    s = make_scheduler(max_num_batched_tokens=6, block_size=4, num_blocks=16)
+    s.add_request(make_request("d", 4, max_tokens=10))
+    step(s)
+    s.add_request(make_request("p", 12, max_tokens=3, arrival=1.0, token=5))
+    out = s.schedule()
+    m = build_step_metadata(out)
+    d_blocks, p_blocks = out.block_ids["d"], out.block_ids["p"]
+
+    assert m.req_ids == ["d", "p"]
+    assert (m.num_decodes, m.num_decode_tokens, m.num_prefills, m.num_prefill_tokens) == (1, 1, 1, 5)
+    assert m.query_start_loc.tolist() == [0, 1, 6]
+    assert m.seq_lens.tolist() == [5, 5] and m.context_lens.tolist() == [4, 0]
+    assert m.positions.tolist() == [4, 0, 1, 2, 3, 4]
+    assert m.token_request_indices.tolist() == [0, 1, 1, 1, 1, 1]
+    assert m.input_ids.tolist() == [1, 5, 5, 5, 5, 5]
+    expected_slots = [d_blocks[1] * 4 + 0] + [p_blocks[0] * 4 + i for i in range(4)] + [p_blocks[1] * 4]
+    assert m.slot_mapping.tolist() == expected_slots
+    assert m.block_tables.dtype == torch.int32 and m.block_tables.shape == (2, 2)
+    assert m.block_tables[0].tolist() == d_blocks
+    assert m.logits_indices.tolist() == [0]  # p's partial chunk samples nothing
+    assert m.sampling_req_ids == ["d"]
+    assert m.attn_state is AttentionState.ChunkedPrefill
+    assert m.query_start_loc.dtype == torch.int32 and m.seq_lens.dtype == torch.int32
+
+
+def test_a_decode_listed_after_a_prefill_is_moved_first():
+    s = make_scheduler(max_num_batched_tokens=8, long_prefill_token_threshold=4)
+    s.add_request(make_request("p", 20, token=3))
+    s.add_request(make_request("d", 2, arrival=1.0, token=4))
+    step(s, token=9)  # p: 4-token chunk, d: whole prompt, samples 9
+    out = s.schedule()
+    assert list(out.num_scheduled_tokens.items()) == [("p", 4), ("d", 1)]
+    m = build_step_metadata(out)
+    assert m.req_ids == ["d", "p"]
+    assert m.query_start_loc.tolist() == [0, 1, 5]
+    assert m.positions.tolist() == [2, 4, 5, 6, 7]
+    assert m.input_ids.tolist() == [9, 3, 3, 3, 3]
+    assert m.logits_indices.tolist() == [0]
+
+
+def test_padding_rows_and_block_table_width():
+    s = make_scheduler()
+    s.add_request(make_request("a", 3))
+    out = s.schedule()
+    m = build_step_metadata(out, num_padded_tokens=8, max_blocks_per_request=5)
+    assert m.slot_mapping.tolist()[3:] == [-1] * 5
+    assert m.token_request_indices.tolist()[3:] == [-1] * 5
+    assert m.block_tables.shape == (1, 5) and m.block_tables[0, 1:].tolist() == [0, 0, 0, 0]
+    assert m.num_actual_tokens == 3
+    with pytest.raises(ValueError, match="num_padded_tokens"):
+        build_step_metadata(out, num_padded_tokens=2)
+    with pytest.raises(ValueError, match="max_blocks_per_request"):
+        build_step_metadata(out, max_blocks_per_request=0)
+
+
+def test_attention_states():
+    s = make_scheduler()
+    s.add_request(make_request("a", 4, max_tokens=10))
+    s.add_request(make_request("b", 4, max_tokens=10, arrival=1.0))
+    out = s.schedule()
+    assert build_step_metadata(out).attn_state is AttentionState.PrefillNoCache
+    s.update_from_output(out, {"a": [1], "b": [1]})
+    out = s.schedule()
+    assert build_step_metadata(out).attn_state is AttentionState.DecodeOnly
+    s.update_from_output(out, {"a": [1], "b": [1]})
+    s.add_request(make_request("c", 4, arrival=2.0))
+    assert build_step_metadata(s.schedule()).attn_state is AttentionState.ChunkedPrefill
+
+    s = make_scheduler(enable_chunked_prefill=False, max_num_batched_tokens=64)
+    s.add_request(make_request("a", 4, max_tokens=10))
+    step(s)
+    s.add_request(make_request("b", 4, arrival=1.0))
+    assert build_step_metadata(s.schedule()).attn_state is AttentionState.PrefillCacheHit
+
+
+def test_spec_decoding_state_and_logits_rows():
+    s = make_scheduler(num_speculative_tokens=2)
+    s.add_request(make_request("a", 4, max_tokens=10))
+    s.add_request(make_request("b", 4, max_tokens=10, arrival=1.0))
+    step(s)
+    s.update_draft_token_ids({"a": [3, 4], "b": [5]})
+    out = s.schedule()
+    m = build_step_metadata(out)
+    assert m.attn_state is AttentionState.SpecDecoding
+    assert m.num_decodes == 2 and m.num_decode_tokens == 5
+    assert m.logits_indices.tolist() == [0, 1, 2, 3, 4]  # every draft row plus the bonus row
+    assert m.input_ids.tolist() == [1, 3, 4, 1, 5]
+
+
+def test_gdn_state_slots_follow_requests():
+    s = make_scheduler(num_state_slots=2, max_num_seqs=4)
+    for i in range(3):
+        s.add_request(make_request(f"r{i}", 4, max_tokens=1, arrival=float(i)))
+    out = s.schedule()
+    assert out.state_slots == {"r0": 0, "r1": 1}  # no third slot: r2 waits
+    assert out.num_free_state_slots == 0
+    m = build_step_metadata(out)
+    assert m.state_indices.tolist() == [0, 1]
+    assert m.has_initial_state.tolist() == [False, False]
+    s.update_from_output(out, {"r0": [1], "r1": [1]})  # both finish (max_tokens=1)
+    out = s.schedule()
+    assert out.state_slots == {"r2": 1}  # the most recently freed slot is reused first
+    assert s.num_free_state_slots == 1
+
+
+def test_has_initial_state_after_a_chunk():
+    s = make_scheduler(num_state_slots=4, max_num_batched_tokens=4)
+    s.add_request(make_request("a", 10))
+    step(s)
+    m = build_step_metadata(s.schedule())
+    assert m.has_initial_state.tolist() == [True]
+    assert m.context_lens.tolist() == [4]
+
+
+def test_empty_step_is_refused():
+    s = make_scheduler()
+    with pytest.raises(ValueError, match="no tokens"):
+        build_step_metadata(s.schedule())
