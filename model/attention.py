@@ -1,0 +1,61 @@
+"""Qwen3.5's full-attention layer over a flat mixed batch, through ``qwen_ops.ops``."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from .config import Qwen35Config
+from .forward_batch import ForwardBatch
+from .layers import apply_rope, rms_norm_zero_centred
+
+# Called with (layer index, key [T, Hkv, D], value [T, Hkv, D]) on the step's new K/V (INT8 calibration).
+KVObserver = Callable[[int, torch.Tensor, torch.Tensor], None]
+
+
+class FullAttention:
+    """Gated GQA attention: q_proj gives [query | gate] per head, q/k RMS-normed, partial RoPE.
+
+    ``out = o_proj(attention(q, k, v) * sigmoid(gate))``; the step's new K/V are
+    written to the paged cache (``reshape_and_cache``) and attention runs as one
+    ``mixed_attention`` call over decode rows and prefill chunks.
+    """
+
+    def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
+        p = f"layers.{layer}.self_attn."
+        self.layer = layer
+        self.backend = backend
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.eps = config.rms_norm_eps
+        self.q_w, self.k_w, self.v_w, self.o_w = (weights[p + n + "_proj.weight"] for n in "qkvo")
+        bias = config.attention_bias
+        self.q_b, self.k_b, self.v_b, self.o_b = (weights[p + n + "_proj.bias"] if bias else None for n in "qkvo")
+        self.q_norm, self.k_norm = weights[p + "q_norm.weight"], weights[p + "k_norm.weight"]
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch, caches,
+                kv_observer: KVObserver | None = None) -> torch.Tensor:
+        """x: [T, hidden]; cos, sin: [T, rotary_dim] float32 -> [T, hidden]."""
+        t, d = x.shape[0], self.head_dim
+        q_and_gate = F.linear(x, self.q_w, self.q_b).view(t, self.num_heads, 2 * d)
+        query, gate = q_and_gate[..., :d], q_and_gate[..., d:]
+        key = F.linear(x, self.k_w, self.k_b).view(t, self.num_kv_heads, d)
+        value = F.linear(x, self.v_w, self.v_b).view(t, self.num_kv_heads, d)
+        query = apply_rope(rms_norm_zero_centred(query, self.q_norm, self.eps), cos, sin).contiguous()
+        key = apply_rope(rms_norm_zero_centred(key, self.k_norm, self.eps), cos, sin).contiguous()
+        value = value.contiguous()
+        if kv_observer is not None:
+            kv_observer(self.layer, key, value)
+
+        key_cache, value_cache = caches.key_caches[self.layer], caches.value_caches[self.layer]
+        k_scale, v_scale = caches.k_scales.get(self.layer), caches.v_scales.get(self.layer)
+        ops.reshape_and_cache(key, value, key_cache, value_cache, batch.slot_mapping, k_scale, v_scale,
+                              backend=self.backend)
+        out = ops.mixed_attention(query, key, value, key_cache, value_cache, batch.block_tables,
+                                  batch.query_start_loc, batch.seq_lens, batch.num_decodes,
+                                  k_scale=k_scale, v_scale=v_scale, backend=self.backend)
+        out = out.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
+        return F.linear(out, self.o_w, self.o_b)

@@ -1,0 +1,82 @@
+"""Qwen3.5's Gated DeltaNet (linear attention) layer over a flat mixed batch, through ``qwen_ops.ops``.
+
+Decode rows (one token each) take the recurrent path: ``causal_conv1d_update``
+and ``fused_recurrent_gated_delta_rule`` on the state pools. Prefill chunks
+take the chunked path: ``causal_conv1d_fn`` and ``chunk_gated_delta_rule``
+with ``cu_seqlens``, starting from the saved state where ``has_initial_state``
+(later chunks of a chunked prefill). Both update the pools in place.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from .config import Qwen35Config
+from .forward_batch import ForwardBatch
+from .layers import gated_rms_norm
+
+
+class GatedDeltaNet:
+    """in_proj_qkv -> causal conv + SiLU over [q | k | v] -> gated delta rule -> gated RMSNorm -> out_proj."""
+
+    def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
+        p = f"layers.{layer}.linear_attn."
+        self.layer = layer
+        self.backend = backend
+        self.nk, self.nv = config.linear_num_key_heads, config.linear_num_value_heads
+        self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
+        self.key_dim, self.value_dim = config.gdn_key_dim, config.gdn_value_dim
+        self.eps = config.rms_norm_eps
+        self.qkv_w = weights[p + "in_proj_qkv.weight"]
+        self.z_w, self.b_w, self.a_w = (weights[p + f"in_proj_{n}.weight"] for n in "zba")
+        self.conv_w = weights[p + "conv1d.weight"].squeeze(1).contiguous()  # [C, 1, K] -> [C, K]
+        self.A_log, self.dt_bias = weights[p + "A_log"], weights[p + "dt_bias"]
+        self.norm_w = weights[p + "norm.weight"]
+        self.out_w = weights[p + "out_proj.weight"]
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches) -> torch.Tensor:
+        """x: [T, hidden] -> [T, hidden]."""
+        t = x.shape[0]
+        conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
+        mixed = F.linear(x, self.qkv_w)
+        z = F.linear(x, self.z_w)
+        g, beta = ops.fused_gdn_gating(self.A_log, F.linear(x, self.a_w).contiguous(),
+                                       F.linear(x, self.b_w).contiguous(), self.dt_bias, backend=self.backend)
+
+        nd, ndt = batch.num_decodes, batch.num_decode_tokens
+        conv_out = []
+        if nd:
+            conv_out.append(ops.causal_conv1d_update(
+                mixed[:ndt], conv_states, self.conv_w, cache_indices=batch.state_indices[:nd],
+                activation="silu", backend=self.backend))
+        if ndt < t:
+            conv_out.append(ops.causal_conv1d_fn(
+                mixed[ndt:].contiguous(), self.conv_w, conv_states=conv_states,
+                query_start_loc=batch.prefill_query_start_loc, cache_indices=batch.state_indices[nd:],
+                has_initial_state=batch.has_initial_state[nd:], activation="silu", backend=self.backend))
+        mixed = conv_out[0] if len(conv_out) == 1 else torch.cat(conv_out)
+
+        q = mixed[:, : self.key_dim].reshape(t, self.nk, self.dk)
+        k = mixed[:, self.key_dim: 2 * self.key_dim].reshape(t, self.nk, self.dk)
+        v = mixed[:, 2 * self.key_dim:].reshape(t, self.nv, self.dv)
+        outs = []
+        if nd:
+            # Decodes: a batch of nd one-token sequences on the state pool.
+            o, _ = ops.fused_recurrent_gated_delta_rule(
+                q[:ndt, None].contiguous(), k[:ndt, None].contiguous(), v[:ndt, None].contiguous(),
+                g[:ndt, None].contiguous(), beta[:ndt, None].contiguous(), initial_state=ssm_states,
+                ssm_state_indices=batch.state_indices[:nd], use_qk_l2norm_in_kernel=True, backend=self.backend)
+            outs.append(o[:, 0])
+        if ndt < t:
+            # Prefill chunks: packed along T, each from its saved state or from zeros.
+            o, _ = ops.chunk_gated_delta_rule(
+                q[None, ndt:].contiguous(), k[None, ndt:].contiguous(), v[None, ndt:].contiguous(),
+                g[None, ndt:].contiguous(), beta[None, ndt:].contiguous(), initial_state=ssm_states,
+                cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=batch.state_indices[nd:],
+                has_initial_state=batch.has_initial_state[nd:], use_qk_l2norm_in_kernel=True,
+                backend=self.backend)
+            outs.append(o[0])
+        o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
+        o = gated_rms_norm(o, z.view(t, self.nv, self.dv), self.norm_w, self.eps)
+        return F.linear(o.reshape(t, self.value_dim), self.out_w)

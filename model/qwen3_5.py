@@ -1,0 +1,84 @@
+"""The Qwen3.5 text model: embeddings, hybrid decoder layers (GDN and full attention), head.
+
+It computes exactly what transformers' ``Qwen3_5ForCausalLM`` computes, over a
+flat mixed batch (``ForwardBatch``) with every attention and GDN computation
+going through ``qwen_ops.ops``, so any backend serves it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .attention import FullAttention, KVObserver
+from .config import Qwen35Config
+from .forward_batch import ForwardBatch
+from .gdn import GatedDeltaNet
+from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
+from .weights import load_weights
+
+
+class Qwen35ForCausalLM:
+    """Pre-norm decoder blocks with residuals: ``x += mixer(norm(x)); x += mlp(norm(x))``.
+
+    Weights are plain tensors (inference only). Build with ``from_pretrained``
+    or from an already loaded weight dict.
+    """
+
+    def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], backend: str | None = None,
+                 kv_cache_scales: dict[str, torch.Tensor] | None = None):
+        self.config = config
+        self.backend = backend
+        self.embed = weights["embed_tokens.weight"]
+        self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head.weight"]
+        self.final_norm = weights["norm.weight"]
+        self.kv_cache_scales = kv_cache_scales or {}
+        self.layers = []
+        for i, kind in enumerate(config.layer_types):
+            p = f"layers.{i}."
+            mixer = (FullAttention if kind == "full_attention" else GatedDeltaNet)(config, i, weights, backend)
+            self.layers.append((
+                mixer,
+                weights[p + "input_layernorm.weight"],
+                weights[p + "post_attention_layernorm.weight"],
+                (weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"],
+                 weights[p + "mlp.down_proj.weight"]),
+            ))
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, dtype: torch.dtype = torch.float32, device="cpu",
+                        backend: str | None = None) -> "Qwen35ForCausalLM":
+        config = Qwen35Config.from_pretrained(model_dir)
+        weights, scales = load_weights(model_dir, config, dtype, device)
+        return cls(config, weights, backend, scales)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, caches, kv_observer: KVObserver | None = None) -> torch.Tensor:
+        """Run one step; returns the final hidden states [T, hidden] (after the last norm).
+
+        Writes the step's K/V into ``caches`` and advances the GDN states of its requests.
+        """
+        eps = self.config.rms_norm_eps
+        x = F.embedding(batch.input_ids, self.embed)
+        cos, sin = rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)
+        for mixer, in_norm, post_norm, mlp in self.layers:
+            h = rms_norm_zero_centred(x, in_norm, eps)
+            if isinstance(mixer, FullAttention):
+                h = mixer.forward(h, cos, sin, batch, caches, kv_observer)
+            else:
+                h = mixer.forward(h, batch, caches)
+            x = x + h
+            x = x + swiglu_mlp(rms_norm_zero_centred(x, post_norm, eps), *mlp)
+        return rms_norm_zero_centred(x, self.final_norm, eps)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[S, hidden] -> float32 logits [S, vocab]."""
+        return F.linear(hidden, self.lm_head).float()

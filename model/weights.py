@@ -1,0 +1,178 @@
+"""Load a Qwen3.5 checkpoint's text weights from safetensors, with clear errors.
+
+Checkpoints come as one ``model.safetensors`` or as shards listed in
+``model.safetensors.index.json``. Names are mapped to the text model's own
+names (``embed_tokens.weight``, ``layers.3.self_attn.q_proj.weight``,
+``lm_head.weight``...): the prefix is ``model.`` for ``qwen3_5_text`` and
+``model.language_model.`` for the multimodal ``qwen3_5`` layout, whose vision
+tower (``model.visual.*``) and multi-token-prediction head (``mtp.*``) are
+ignored. A missing, unexpected or mis-shaped tensor raises ``WeightsError``
+naming it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import torch
+
+from .config import Qwen35Config
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# Tensors of the published multimodal checkpoints that the text model does not use.
+IGNORED_PREFIXES = ("model.visual.", "mtp.", "visual.")
+# msModelSlim's per-channel INT8 KV calibration: optional.
+KV_SCALE_PATTERN = re.compile(r"^layers\.(\d+)\.self_attn\.([kv])_proj\.kv_cache_scale$")
+
+
+class WeightsError(ValueError):
+    """A checkpoint that does not hold exactly the tensors the config describes."""
+
+
+def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
+    """Every tensor the text model needs, by its text-model name, with its shape."""
+    c = config
+    h = c.hidden_size
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (c.vocab_size, h), "norm.weight": (h,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, h)
+    for i, kind in enumerate(c.layer_types):
+        p = f"layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, h)
+        shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, h)
+        shapes[p + "mlp.down_proj.weight"] = (h, c.intermediate_size)
+        if kind == "full_attention":
+            a = p + "self_attn."
+            q_out = c.num_attention_heads * c.head_dim
+            kv_out = c.num_key_value_heads * c.head_dim
+            shapes[a + "q_proj.weight"] = (2 * q_out, h)  # [query | gate] per head
+            shapes[a + "k_proj.weight"] = (kv_out, h)
+            shapes[a + "v_proj.weight"] = (kv_out, h)
+            shapes[a + "o_proj.weight"] = (h, q_out)
+            if c.attention_bias:
+                shapes[a + "q_proj.bias"] = (2 * q_out,)
+                shapes[a + "k_proj.bias"] = (kv_out,)
+                shapes[a + "v_proj.bias"] = (kv_out,)
+                shapes[a + "o_proj.bias"] = (h,)
+            shapes[a + "q_norm.weight"] = (c.head_dim,)
+            shapes[a + "k_norm.weight"] = (c.head_dim,)
+        else:
+            g = p + "linear_attn."
+            nv = c.linear_num_value_heads
+            shapes[g + "in_proj_qkv.weight"] = (c.gdn_conv_dim, h)
+            shapes[g + "in_proj_z.weight"] = (c.gdn_value_dim, h)
+            shapes[g + "in_proj_b.weight"] = (nv, h)
+            shapes[g + "in_proj_a.weight"] = (nv, h)
+            shapes[g + "conv1d.weight"] = (c.gdn_conv_dim, 1, c.linear_conv_kernel_dim)
+            shapes[g + "A_log"] = (nv,)
+            shapes[g + "dt_bias"] = (nv,)
+            shapes[g + "norm.weight"] = (c.linear_value_head_dim,)
+            shapes[g + "out_proj.weight"] = (h, c.gdn_value_dim)
+    return shapes
+
+
+def checkpoint_files(model_dir: str) -> dict[str, str]:
+    """Map each checkpoint tensor name to the safetensors file that holds it."""
+    index = os.path.join(model_dir, INDEX_FILE)
+    single = os.path.join(model_dir, SINGLE_FILE)
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise WeightsError(f"{index} is not a valid safetensors index (needs a 'weight_map'): {exc}") from exc
+        files = {}
+        for name, shard in weight_map.items():
+            path = os.path.join(model_dir, shard)
+            if not os.path.isfile(path):
+                raise WeightsError(f"{index} lists tensor {name!r} in {shard!r}, which does not exist")
+            files[name] = path
+        return files
+    if os.path.isfile(single):
+        return {name: single for name in _tensor_names(single)}
+    raise WeightsError(f"no {SINGLE_FILE} or {INDEX_FILE} in model directory {model_dir!r}")
+
+
+def _open(path: str):
+    from safetensors import safe_open
+
+    try:
+        return safe_open(path, framework="pt")
+    except Exception as exc:  # safetensors raises its own error types for bad headers
+        raise WeightsError(f"cannot read safetensors file {path!r} (corrupt or truncated?): {exc}") from exc
+
+
+def _tensor_names(path: str) -> list[str]:
+    with _open(path) as f:
+        return list(f.keys())
+
+
+def text_model_name(checkpoint_name: str, multimodal: bool) -> str | None:
+    """The text-model name of a checkpoint tensor, or None when it is to be ignored."""
+    if checkpoint_name.startswith(IGNORED_PREFIXES):
+        return None
+    if checkpoint_name == "lm_head.weight":
+        return checkpoint_name
+    prefix = "model.language_model." if multimodal else "model."
+    if checkpoint_name.startswith(prefix):
+        return checkpoint_name[len(prefix):]
+    return checkpoint_name  # reported as unexpected by the caller
+
+
+def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
+                 device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Read every tensor the text model needs, checked and cast to ``dtype``.
+
+    Returns ``(weights, kv_cache_scales)``: weights by text-model name (see
+    ``expected_shapes``); the optional msModelSlim KV scales by their text-model
+    name, as float32. ``A_log``, ``dt_bias`` stay float32 (the gates are computed
+    in float32 as in transformers).
+    """
+    model_dir = os.fspath(model_dir)
+    shapes = expected_shapes(config)
+    files = checkpoint_files(model_dir)
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    unexpected = []
+    for ckpt_name, path in files.items():
+        name = text_model_name(ckpt_name, config.multimodal)
+        if name is None:
+            continue
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # tied: the embedding serves as the head
+        if name not in shapes and not KV_SCALE_PATTERN.match(name):
+            unexpected.append(ckpt_name)
+            continue
+        by_file.setdefault(path, []).append((ckpt_name, name))
+    if unexpected:
+        raise WeightsError(f"checkpoint in {model_dir!r} has {len(unexpected)} unexpected tensor(s) for this "
+                           f"config, e.g. {sorted(unexpected)[:5]}")
+    found = {name for pairs in by_file.values() for _, name in pairs}
+    missing = sorted(set(shapes) - found)
+    if missing:
+        raise WeightsError(f"checkpoint in {model_dir!r} is missing {len(missing)} tensor(s), e.g. {missing[:5]}")
+
+    weights: dict[str, torch.Tensor] = {}
+    scales: dict[str, torch.Tensor] = {}
+    for path, pairs in by_file.items():
+        with _open(path) as f:
+            for ckpt_name, name in pairs:
+                try:
+                    t = f.get_tensor(ckpt_name)
+                except Exception as exc:
+                    raise WeightsError(f"cannot read tensor {ckpt_name!r} from {path!r} "
+                                       f"(corrupt or truncated file?): {exc}") from exc
+                if KV_SCALE_PATTERN.match(name):
+                    scales[name] = t.to(device=device, dtype=torch.float32)
+                    continue
+                if tuple(t.shape) != shapes[name]:
+                    raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has shape {tuple(t.shape)}, "
+                                       f"expected {shapes[name]} for this config")
+                if not t.is_floating_point():
+                    raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
+                keep_f32 = name.endswith(("A_log", "dt_bias"))
+                weights[name] = t.to(device=device, dtype=torch.float32 if keep_f32 else dtype)
+    return weights, scales

@@ -1,0 +1,90 @@
+"""Tiny random Qwen3.5 checkpoints saved by transformers, for parity tests.
+
+Every norm weight, ``A_log`` and ``dt_bias`` is re-drawn before saving: their
+initial values (zeros, ones) would hide a wrong norm formula or gate.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+TINY_TEXT = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+    layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+    linear_conv_kernel_dim=4, max_position_embeddings=512, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+)
+TINY_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64)
+
+
+def randomise(model: torch.nn.Module, seed: int) -> None:
+    """Draw every norm weight, A_log and dt_bias afresh (seeded) and scale up the weights a little.
+
+    Larger projection weights make the layers' contributions visible next to the residual stream.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(0.5, 3.0, generator=gen).log())
+            elif name.endswith("dt_bias"):
+                p.copy_(torch.empty(p.shape).uniform_(-1.0, 1.0, generator=gen))
+            elif name.endswith("linear_attn.norm.weight"):
+                p.copy_(torch.empty(p.shape).uniform_(0.5, 1.5, generator=gen))
+            elif "norm" in name and p.dim() == 1 and "visual" not in name:
+                p.copy_(torch.empty(p.shape).uniform_(-0.5, 0.5, generator=gen))
+            elif p.dim() >= 2 and "visual" not in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.08)
+
+
+def save_text_checkpoint(path, seed: int = 0, **overrides) -> str:
+    """A ``qwen3_5_text`` ``Qwen3_5ForCausalLM`` checkpoint in ``path``."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**{**TINY_TEXT, **overrides})).eval()
+    randomise(model, seed + 1)
+    model.save_pretrained(path)
+    return os.fspath(path)
+
+
+def save_multimodal_checkpoint(path, seed: int = 0) -> str:
+    """A multimodal ``qwen3_5`` checkpoint (weights under model.language_model., a vision tower)
+    plus an ``mtp.*`` tensor, as published checkpoints carry one."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = Qwen3_5Config(text_config=TINY_TEXT, vision_config=TINY_VISION)
+    model = Qwen3_5ForConditionalGeneration(config).eval()
+    randomise(model, seed + 1)
+    model.save_pretrained(path)
+    file = os.path.join(path, "model.safetensors")
+    tensors = load_file(file)
+    tensors["mtp.fc.weight"] = torch.randn(8, 8)
+    save_file(tensors, file, metadata={"format": "pt"})
+    return os.fspath(path)
+
+
+def hf_model(path):
+    """The transformers model of a saved checkpoint (either layout), in eval mode."""
+    from transformers import AutoConfig, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration
+
+    with open(os.path.join(path, "config.json")) as f:
+        model_type = json.load(f)["model_type"]
+    cls = Qwen3_5ForConditionalGeneration if model_type == "qwen3_5" else Qwen3_5ForCausalLM
+    return cls.from_pretrained(path, config=AutoConfig.from_pretrained(path)).eval()
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """transformers' greedy generate: the new tokens and the raw logits [new, vocab] of each step."""
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+                             eos_token_id=None)
+    return out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits).float()

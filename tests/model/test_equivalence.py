@@ -1,0 +1,86 @@
+"""Scheduling must not change results: chunking, batching and preemption give identical greedy tokens."""
+import torch
+
+from qwen_ops import LLM, SamplingParams
+
+GREEDY = SamplingParams(max_tokens=10, temperature=0, detokenize=False)
+
+
+def prompts(gen, lengths):
+    return [torch.randint(1, 256, (n,), generator=gen).tolist() for n in lengths]
+
+
+def tokens(outputs):
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+def test_chunked_prefill_equals_whole_prompt(text_checkpoint, gen):
+    batch = prompts(gen, [37, 70, 5])
+    whole = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
+    chunked = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=8)
+    expected = tokens(whole.generate(batch, GREEDY))
+    assert tokens(chunked.generate(batch, GREEDY)) == expected
+    # The chunked run really split prompts and mixed decodes with prefill chunks.
+    assert max(s.num_tokens for s in chunked.step_stats) <= 8
+    assert any(s.num_decodes and s.num_prefills for s in chunked.step_stats)
+
+
+def test_mixed_batch_equals_each_request_alone(text_checkpoint, gen):
+    batch = prompts(gen, [12, 30, 3, 21])
+    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=16)
+    together = tokens(llm.generate(batch, GREEDY))
+    alone = [tokens(llm.generate([p], GREEDY))[0] for p in batch]
+    assert together == alone
+
+
+def test_preemption_equals_plenty_of_blocks(text_checkpoint, gen):
+    batch = prompts(gen, [30, 28, 25, 20])
+    plenty = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
+    # 10 usable blocks of 8 tokens: four requests of ~35 tokens cannot all stay resident.
+    scarce = LLM(text_checkpoint, num_blocks=11, block_size=8, max_num_seqs=4)
+    params = SamplingParams(max_tokens=20, temperature=0, detokenize=False)  # requests outgrow their blocks
+    expected = tokens(plenty.generate(batch, params))
+    assert tokens(scarce.generate(batch, params)) == expected
+    assert sum(s.num_preempted for s in scarce.step_stats) > 0
+
+
+def test_persistent_block_tables_follow_the_scheduler(text_checkpoint, gen, monkeypatch):
+    """The persistent batch's block tables, updated step by step, equal the scheduler's full tables."""
+    import qwen_ops.model.engine as engine
+
+    llm = LLM(text_checkpoint, num_blocks=11, block_size=8, max_num_seqs=4)
+    checked = []
+    original = engine.build_step_metadata
+
+    def checking(out, *args, **kwargs):
+        meta = original(out, *args, **kwargs)
+        torch.testing.assert_close(llm.input_batch.block_tables(meta.req_ids), meta.block_tables, atol=0, rtol=0)
+        checked.append(len(out.preempted_req_ids))
+        return meta
+
+    monkeypatch.setattr(engine, "build_step_metadata", checking)
+    llm.generate(prompts(gen, [30, 28, 25, 20]), SamplingParams(max_tokens=20, temperature=0, detokenize=False))
+    assert checked and sum(checked) > 0
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(text_checkpoint, gen):
+    batch = prompts(gen, [9, 14, 6])
+    params = SamplingParams(max_tokens=8, temperature=0.9, top_p=0.9, top_k=50, seed=7, detokenize=False)
+    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
+    together = tokens(llm.generate(batch, params))
+    assert together == [tokens(llm.generate([p], params))[0] for p in batch]
+
+
+def test_streaming_yields_the_same_tokens(text_checkpoint, gen):
+    batch = prompts(gen, [9, 14])
+    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
+    expected = tokens(llm.generate(batch, GREEDY))
+    streamed = [[], []]
+    finished = set()
+    for chunk in llm.stream(batch, GREEDY):
+        assert chunk.index not in finished
+        streamed[chunk.index] += chunk.new_token_ids
+        if chunk.finished:
+            finished.add(chunk.index)
+    assert streamed == expected and finished == {0, 1}
+    assert tokens(llm.last_outputs) == expected
