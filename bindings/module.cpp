@@ -16,7 +16,15 @@ pybind11::dict build_info() {
 
 }  // namespace
 
+#ifdef QWEN_OPS_ASCENDC
+// bindings/ascendc_ops.cpp: the Ascend C kernels (stand-in or CANN).
+void qwen_register_ascendc(pybind11::module_& m);
+#endif
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "qwen_ops C++ extension: Ascend C kernels (device or CPU stand-in)";
   m.def("build_info", &build_info, "How this extension was built.");
+#ifdef QWEN_OPS_ASCENDC
+  qwen_register_ascendc(m);
+#endif
 }

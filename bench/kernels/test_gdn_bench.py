@@ -1,0 +1,78 @@
+"""Benchmarks of the GDN (gated delta rule) ops and their gating.
+
+Qwen3.5 GDN layers: 16 key heads and 32 value heads of dim 128, q/k
+l2-normalised in the kernel, states in a pool. Prefill chunks of 512 to 8192
+tokens through ``chunk_gated_delta_rule``; decode batches of 1 to 256 through
+``fused_recurrent_gated_delta_rule``; ``fused_gdn_gating`` for both.
+``QWEN_OPS_BENCH_QUICK=1`` shrinks all of it (see kbench.py).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kbench
+from kbench import DEVICE, pick
+from qwen_ops import ops
+
+HK, HV, DK, DV = pick((16, 32, 128, 128), (1, 2, 32, 32))
+
+
+def delta_rule_inputs(gen, batch, tokens):
+    q = kbench.randn(batch, tokens, HK, DK, gen=gen)
+    k = kbench.randn(batch, tokens, HK, DK, gen=gen)
+    v = kbench.randn(batch, tokens, HV, DV, gen=gen)
+    g = F.logsigmoid(3.0 + kbench.randn(batch, tokens, HV, gen=gen, dtype=torch.float32))
+    beta = torch.sigmoid(kbench.randn(batch, tokens, HV, gen=gen))
+    return q, k, v, g, beta
+
+
+def state_pool(gen, rows):
+    return kbench.randn(rows, HV, DK, DV, gen=gen, dtype=torch.float32, scale=0.1)
+
+
+@pytest.mark.parametrize("backend", kbench.backends("chunk_gated_delta_rule"))
+@pytest.mark.parametrize("sequences", pick([1, 4], [2]))
+@pytest.mark.parametrize("tokens", pick([512, 2048, 8192], [70]))
+def test_chunk_gated_delta_rule(benchmark, backend, sequences, tokens):
+    """``tokens`` split evenly over ``sequences`` packed ones, each starting from a pool row."""
+    gen = kbench.generator()
+    kbench.require_memory(tokens * (2 * HK * DK + 3 * HV * DV) * 4 * 4, "inputs and workspaces")
+    q, k, v, g, beta = delta_rule_inputs(gen, 1, tokens)
+    lengths = [tokens // sequences] * (sequences - 1)
+    lengths.append(tokens - sum(lengths))
+    pool = state_pool(gen, sequences)
+    indices = torch.arange(sequences, dtype=torch.int32, device=DEVICE)
+    cu = kbench.offsets(lengths)
+    kbench.run(benchmark, lambda: ops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
+                                                             ssm_state_indices=indices, use_qk_l2norm_in_kernel=True,
+                                                             backend=backend),
+               tokens=tokens, sequences=sequences, heads_k=HK, heads_v=HV, head_dim=DK)
+
+
+@pytest.mark.parametrize("backend", kbench.backends("fused_recurrent_gated_delta_rule"))
+@pytest.mark.parametrize("batch", pick([1, 32, 256], [3]))
+def test_fused_recurrent_decode(benchmark, backend, batch):
+    """One decode step for ``batch`` requests, states read from and written to a pool."""
+    gen = kbench.generator()
+    q, k, v, g, beta = delta_rule_inputs(gen, batch, 1)
+    pool = state_pool(gen, batch + 1)
+    indices = torch.randperm(batch + 1, generator=gen, device=DEVICE)[:batch].to(torch.int32)
+    kbench.run(benchmark, lambda: ops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool,
+                                                                       ssm_state_indices=indices,
+                                                                       use_qk_l2norm_in_kernel=True,
+                                                                       backend=backend),
+               batch=batch, heads_k=HK, heads_v=HV, head_dim=DK)
+
+
+@pytest.mark.parametrize("backend", kbench.backends("fused_gdn_gating"))
+@pytest.mark.parametrize("tokens", pick([256, 8192], [16]))
+def test_fused_gdn_gating(benchmark, backend, tokens):
+    gen = kbench.generator()
+    A_log = kbench.randn(HV, gen=gen, dtype=torch.float32)
+    dt_bias = kbench.randn(HV, gen=gen, dtype=torch.float32)
+    a = kbench.randn(tokens, HV, gen=gen, scale=3.0)
+    b = kbench.randn(tokens, HV, gen=gen)
+    kbench.run(benchmark, lambda: ops.fused_gdn_gating(A_log, a, b, dt_bias, backend=backend),
+               tokens=tokens, heads_v=HV)

@@ -1,0 +1,127 @@
+"""What every Triton kernel of the project shares: targets, grids and configs.
+
+One kernel source serves three targets, told apart by the device of the
+tensors at launch time (never by starting a driver, which fails on a
+CPU-only machine):
+
+* ``"interpreter"``: CPU tensors under ``TRITON_INTERPRET=1`` (how CI tests);
+* ``"cuda"``: NVIDIA GPUs through ``triton``;
+* ``"npu"``: Ascend through ``triton-ascend`` (Triton 3.2 API level).
+
+Grids are persistent and one-dimensional: ``grid_size`` programs (at most
+65535) each loop over work items with
+``tl.range(pid, n_items, tl.num_programs(0))``. Under the interpreter the grid
+is 3 programs, so the loop runs more than once per program in the tests.
+
+Configs: ``configured`` wraps a ``@triton.jit`` kernel. Under the interpreter
+and on Ascend it launches with a fixed config chosen on the host (a function
+of the shapes); on CUDA it autotunes over a list of configs (autotune does not
+run under the interpreter).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from ._backend import triton_interpreting
+
+MAX_GRID = 65535
+INTERPRETER_PROGRAMS = 3
+CUDA_PROGRAMS_PER_SM = 4
+# Ascend 910B: 20 AI cores with 2 vector cores each. Used only when the device
+# properties cannot be read.
+ASCEND_FALLBACK_VECTOR_CORES = 40
+# Unified buffer per Ascend core; tiles are sized to fit it twice (double buffering).
+ASCEND_UB_BYTES = 192 * 1024
+
+
+def target(device: torch.device) -> str:
+    """"interpreter", "cuda" or "npu" for tensors on ``device``."""
+    if device.type == "cpu":
+        if not triton_interpreting():
+            raise RuntimeError("Triton kernels on CPU tensors need TRITON_INTERPRET=1")
+        return "interpreter"
+    if device.type in ("cuda", "npu"):
+        return device.type
+    raise RuntimeError(f"Triton kernels cannot run on device type {device.type!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _device_programs(kind: str, index: int) -> int:
+    if kind == "cuda":
+        sms = torch.cuda.get_device_properties(index).multi_processor_count
+        return sms * CUDA_PROGRAMS_PER_SM
+    if kind == "npu":
+        try:  # triton-ascend reports its core counts through the active driver
+            props = triton.runtime.driver.active.utils.get_device_properties(index)
+            return int(props.get("num_vectorcore") or props.get("num_aicore"))
+        except Exception:  # noqa: BLE001 - any failure falls back to the 910B count
+            return ASCEND_FALLBACK_VECTOR_CORES
+    return INTERPRETER_PROGRAMS
+
+
+def grid_size(device: torch.device, n_items: int) -> int:
+    """Programs of a persistent grid over ``n_items`` work items on ``device``."""
+    kind = target(device)
+    programs = _device_programs(kind, device.index or 0)
+    return max(1, min(n_items, programs, MAX_GRID))
+
+
+class ConfiguredKernel:
+    """A jitted kernel plus how to choose its meta-parameters on each target."""
+
+    def __init__(self, kernel, fixed: Callable[..., dict], cuda_configs: Sequence[dict] | None, key: Sequence[str],
+                 restore_value: Sequence[str] = ()):
+        self.kernel = kernel
+        self.fixed = fixed
+        self.cuda_configs = list(cuda_configs or [])
+        self.key = list(key)
+        self.restore_value = list(restore_value)
+
+    @functools.cached_property
+    def _autotuned(self):
+        configs = [
+            triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
+                          num_warps=c.get("num_warps", 4), num_stages=c.get("num_stages", 2))
+            for c in self.cuda_configs
+        ]
+        # Autotuning runs the kernel once per config: arguments it updates in
+        # place (state pools) are restored after each trial run.
+        return triton.autotune(configs=configs, key=self.key, restore_value=self.restore_value or None)(self.kernel)
+
+    def launch(self, device: torch.device, n_items: int, *args, shape: dict | None = None, **kwargs):
+        """Launch on a persistent 1-D grid. ``shape`` feeds the fixed-config chooser."""
+        grid = (grid_size(device, n_items),)
+        if target(device) == "cuda" and self.cuda_configs:
+            return self._autotuned[grid](*args, **kwargs)
+        return self.kernel[grid](*args, **self.fixed(**(shape or {})), **kwargs)
+
+
+def configured(*, fixed: Callable[..., dict], cuda_configs: Sequence[dict] | None = None, key: Sequence[str] = (),
+               restore_value: Sequence[str] = ()):
+    """Decorate a ``@triton.jit`` kernel with its config choice (see module doc).
+
+    ``restore_value`` names the pointer arguments the kernel updates in place;
+    autotuning on CUDA restores them after each trial launch.
+    """
+
+    def wrap(kernel):
+        return ConfiguredKernel(kernel, fixed, cuda_configs, key, restore_value)
+
+    return wrap
+
+
+
+@triton.jit
+def and_flag(mask, flag):
+    """``mask & flag`` for a tile ``mask`` and a scalar boolean ``flag``.
+
+    Written as a ``tl.where`` because the interpreter (Triton 3.9) turns
+    ``tile & scalar_bool`` into an integer array, which ``tl.load`` then
+    rejects as a mask.
+    """
+    return tl.where(flag, mask, False)

@@ -1,0 +1,112 @@
+"""The ``ascendc`` backend: adapters from the public ops to ``qwen_ops._C``.
+
+The op layer (``qwen_ops.ops``) has validated every argument before it calls
+these functions, with keyword arguments named as in the public op (``scale``
+already a float). The adapters make read-only inputs contiguous, pick the
+launch configuration and call the extension, which re-checks everything and
+launches the Ascend C kernel: on NPU tensors when ``_C`` was built with CANN,
+on CPU tensors through the project's CPU stand-in for the Ascend C API
+(``ops_ascendc/README.md``).
+
+``launch_config`` overrides the core count, the unified-buffer budget and a
+tile cap for the calls inside it (tests use it to force many tiles and cores);
+``last_launch()`` reports the tiling and, on the stand-in, the unified-buffer
+high-water mark of the last launch.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+from ._backend import BackendError
+
+KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
+           "causal_conv1d_update")
+
+_local = threading.local()
+
+
+def _ext():
+    try:
+        from qwen_ops import _C
+    except ImportError as exc:  # pragma: no cover - resolve() checks first
+        raise BackendError(f"ascendc: qwen_ops._C cannot be imported: {exc}") from exc
+    if not hasattr(_C, "ascendc_kernels"):
+        raise BackendError("ascendc: qwen_ops._C was built without Ascend C kernels")
+    return _C
+
+
+def _config() -> dict:
+    return dict(getattr(_local, "config", None) or {"num_cores": 0, "ub_bytes": 0, "max_tile": 0})
+
+
+@contextlib.contextmanager
+def launch_config(*, num_cores: int = 0, ub_bytes: int = 0, max_tile: int = 0):
+    """Within the block, launch on ``num_cores`` cores (0: default), plan tiles
+    for ``ub_bytes`` of unified buffer (0: all that is usable) and cap tiles at
+    ``max_tile`` tokens/columns/channels (0: no cap). Thread-local."""
+    previous = getattr(_local, "config", None)
+    _local.config = {"num_cores": int(num_cores), "ub_bytes": int(ub_bytes), "max_tile": int(max_tile)}
+    try:
+        yield
+    finally:
+        _local.config = previous
+
+
+def last_launch() -> dict:
+    """Tiling of the last launch on this process and, on the stand-in, its
+    measured unified-buffer high-water mark (``ub_high_water``, bytes)."""
+    return _ext().ascendc_last_launch()
+
+
+def _c(t):
+    return None if t is None else t.contiguous()
+
+
+def _in_place(op: str, name: str, t: torch.Tensor) -> torch.Tensor:
+    if not t.is_contiguous():
+        raise BackendError(f"{op}: backend 'ascendc' updates '{name}' in place and needs it contiguous")
+    return t
+
+
+def reshape_and_cache(*, key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None) -> None:
+    op = "reshape_and_cache"
+    _ext().ascendc_reshape_and_cache(
+        _c(key), _c(value), _in_place(op, "key_cache", key_cache), _in_place(op, "value_cache", value_cache),
+        _c(slot_mapping), _c(k_scale), _c(v_scale), **_config())
+
+
+def paged_decode_attention(*, query, key_cache, value_cache, block_tables, seq_lens, scale, k_scale=None,
+                           v_scale=None) -> torch.Tensor:
+    d = query.shape[-1]
+    if d % 16 != 0:
+        raise BackendError(f"paged_decode_attention: backend 'ascendc' needs a head dim that is a multiple of 16, got {d}")
+    return _ext().ascendc_paged_decode_attention(
+        _c(query), _c(key_cache), _c(value_cache), _c(block_tables), _c(seq_lens), float(scale),
+        _c(k_scale), _c(v_scale), **_config())
+
+
+def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, output_final_state=False,
+                                     cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
+                                     use_qk_l2norm_in_kernel=False):
+    op = "fused_recurrent_gated_delta_rule"
+    if initial_state is not None:
+        if ssm_state_indices is not None:
+            initial_state = _in_place(op, "initial_state", initial_state)
+        else:
+            initial_state = initial_state.contiguous()
+    o, final = _ext().ascendc_fused_recurrent_gated_delta_rule(
+        _c(q), _c(k), _c(v), _c(g), _c(beta), float(scale), initial_state, bool(output_final_state),
+        _c(cu_seqlens), _c(ssm_state_indices), _c(has_initial_state), bool(use_qk_l2norm_in_kernel), **_config())
+    return o, (final if output_final_state else None)
+
+
+def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu") -> torch.Tensor:
+    op = "causal_conv1d_update"
+    if activation not in (None, "silu"):
+        raise BackendError(f"{op}: backend 'ascendc' supports activation 'silu' or None, got {activation!r}")
+    return _ext().ascendc_causal_conv1d_update(
+        _c(x), _in_place(op, "conv_states", conv_states), _c(weight), _c(bias), _c(cache_indices),
+        activation == "silu", **_config())

@@ -1,0 +1,110 @@
+"""Host-side plumbing shared by the two Triton delta-rule kernels.
+
+Both kernels see the inputs as token-major rows: q, k [T_total, Hk, Dk],
+v [T_total, Hv, Dv], g, beta [T_total, Hv], with the N sequences given by
+offsets ``cu`` [N+1] (built from B and T when the caller packed nothing).
+
+Where a sequence starts and where its final state goes is a per-sequence
+table (``StatePlan``) so the kernels need no branches on the calling mode:
+
+* ``read_rows[r]``: row of ``state_in`` to start from, -1 for zeros;
+* ``write_rows[r]``: in pool mode the pool row that receives the final
+  state, -1 marking a padding sequence that the kernels skip entirely (its
+  outputs stay zero and nothing is written); otherwise r (never negative);
+* ``final``: float32 [N, Hv, Dk, Dv] for ``output_final_state``, else None.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+# ``use_qk_l2norm_in_kernel`` divides by sqrt(sum(x^2) + L2NORM_EPS).
+L2NORM_EPS = 1e-6
+
+
+@dataclass
+class Rows:
+    """The delta-rule inputs flattened to token-major rows, plus sequence offsets."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor
+    beta: torch.Tensor
+    cu: torch.Tensor  # int32 [N+1]
+
+    @property
+    def n_seqs(self) -> int:
+        return self.cu.shape[0] - 1
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """[B, T, ...] -> [B*T, ...] with the last dim contiguous (a view when possible)."""
+    x = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def flatten(q, k, v, g, beta, cu_seqlens) -> Rows:
+    b, t = q.shape[:2]
+    if cu_seqlens is None:
+        cu = torch.arange(0, b + 1, dtype=torch.int32, device=q.device) * t
+    else:
+        cu = cu_seqlens.to(torch.int32)
+    return Rows(_rows(q), _rows(k), _rows(v), _rows(g), _rows(beta), cu)
+
+
+@dataclass
+class StatePlan:
+    state_in: torch.Tensor  # [S, Hv, Dk, Dv] float32, or a dummy when nothing is read
+    read_rows: torch.Tensor  # int32 [N]
+    write_rows: torch.Tensor  # int32 [N]; pool rows to write (-1: padding), or arange(N) without a pool
+    pool: bool
+    final: torch.Tensor | None  # float32 [N, Hv, Dk, Dv]
+
+    @property
+    def final_arg(self) -> torch.Tensor:
+        """The final-state pointer argument: a dummy when it is not stored."""
+        return self.final if self.final is not None else self.state_in
+
+
+def plan_states(*, initial_state, ssm_state_indices, has_initial_state, output_final_state, n, hv, dk, dv,
+                device) -> StatePlan:
+    """Resolve the calling mode (fresh, per-sequence initial states, pool) into row tables."""
+    pool = ssm_state_indices is not None
+    if pool:
+        rows = ssm_state_indices.to(torch.int32)
+        read = rows
+        write = rows
+    else:
+        # No pool: every sequence is real (write row >= 0) and none is written back.
+        write = torch.arange(n, dtype=torch.int32, device=device)
+        read = write if initial_state is not None else torch.full_like(write, -1)
+    if has_initial_state is not None:
+        read = torch.where(has_initial_state, read, -1).to(torch.int32)
+    state_in = initial_state if initial_state is not None else torch.zeros(1, dtype=torch.float32, device=device)
+    final = None
+    if output_final_state:
+        # Padding sequences of a pool are skipped: their final state stays zero.
+        alloc = torch.zeros if pool else torch.empty
+        final = alloc((n, hv, dk, dv), dtype=torch.float32, device=device)
+    return StatePlan(state_in, read.contiguous(), write.contiguous(), pool, final)
+
+
+def output_buffer(v_rows: torch.Tensor, pool: bool) -> torch.Tensor:
+    """o rows [T_total, Hv, Dv] in v's dtype; zero-filled when padding sequences may leave rows unwritten."""
+    alloc = torch.zeros if pool else torch.empty
+    return alloc(v_rows.shape, dtype=v_rows.dtype, device=v_rows.device)
+
+
+def tile(dim: int) -> int:
+    """Power-of-two tile covering ``dim``, at least 16 so that every ``tl.dot`` dimension is >= 16."""
+    return max(16, triton.next_power_of_2(dim))
+
+
+@triton.jit
+def l2_normalize_rows(x, EPS: tl.constexpr):
+    """Rows of a float32 tile divided by sqrt(sum(x^2) + EPS) (masked columns are zero)."""
+    return x / tl.sqrt(tl.sum(x * x, axis=1) + EPS)[:, None]

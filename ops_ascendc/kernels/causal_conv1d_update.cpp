@@ -1,0 +1,184 @@
+// causal_conv1d_update: one decode step of the depthwise causal convolution.
+// For row b with state row s = cache_indices[b] (-1: padding, zeros out, no write):
+//   window = [conv_states[s] (K-1 previous inputs, oldest first), x[b]]
+//   out[b] = act(sum_k window[k] * weight[:, k] + bias)
+//   conv_states[s] = [conv_states[s][1:], x[b]]
+// Channels are tiled (tileChannels, a multiple of 32); a unit is (channel
+// tile, batch row), tile-major, so a core reloads the weight tile only when
+// its tile changes. The weight tile [nc, K] is transposed in the unified
+// buffer to K rows of channels so that each tap is one vector multiply.
+#include "common.h"
+
+using namespace AscendC;
+using namespace qwen_ascendc;
+
+namespace {
+
+class CausalConv1dUpdateKernel {
+ public:
+  __aicore__ inline void Run(GM_ADDR x, GM_ADDR convStates, GM_ADDR weight, GM_ADDR bias, GM_ADDR cacheIndices,
+                             GM_ADDR out, const CausalConv1dUpdateTiling& t) {
+    t_ = t;
+    const uint32_t core = static_cast<uint32_t>(GetBlockIdx());
+    if (core >= t.usedCores) return;
+    const uint32_t numUnits = t.numTiles * t.batch;
+    const uint32_t u0 = core * t.unitsPerCore;
+    const uint32_t u1 = MinU(numUnits, u0 + t.unitsPerCore);
+    const uint32_t P = t.tileChannels, K = t.width;
+    esX_ = DtypeSize(t.xDtype);
+    esS_ = DtypeSize(t.stateDtype);
+    esW_ = DtypeSize(t.weightDtype);
+    esB_ = DtypeSize(t.biasDtype);
+
+    pipe_.InitBuffer(xIn_, 1, P * esX_);
+    pipe_.InitBuffer(stateIn_, 1, (K - 1) * P * esS_);
+    pipe_.InitBuffer(outQ_, 1, P * esX_);
+    pipe_.InitBuffer(stateOut_, 1, (K - 1) * P * esS_);
+    pipe_.InitBuffer(wRawBuf_, RoundUp(P * K * esW_, 32));
+    pipe_.InitBuffer(wLinBuf_, RoundUp(P * K, 8) * 4);
+    pipe_.InitBuffer(wTBuf_, K * P * 4);
+    pipe_.InitBuffer(biasBuf_, P * 4);
+    pipe_.InitBuffer(sfBuf_, (K - 1) * P * 4);
+    pipe_.InitBuffer(xfBuf_, P * 4);
+    pipe_.InitBuffer(accBuf_, P * 4);
+    pipe_.InitBuffer(tmpBuf_, P * 4);
+
+    gX_ = Bytes(x);
+    gS_ = Bytes(convStates);
+    gW_ = Bytes(weight);
+    gB_ = Bytes(bias);
+    gO_ = Bytes(out);
+    idx_ = cacheIndices;
+
+    uint32_t loadedTile = 0xffffffffu;
+    for (uint32_t u = u0; u < u1; ++u) {
+      const uint32_t tile = u / t.batch;
+      const uint32_t b = u % t.batch;
+      if (tile != loadedTile) {
+        LoadWeights(tile);
+        loadedTile = tile;
+      }
+      Row(tile, b);
+    }
+  }
+
+ private:
+  __aicore__ inline void LoadWeights(uint32_t tile) {
+    const uint32_t P = t_.tileChannels, K = t_.width, C = t_.channels;
+    const uint32_t c0 = tile * P;
+    const uint32_t nc = MinU(P, C - c0);
+    LocalTensor<uint8_t> raw = wRawBuf_.Get<uint8_t>();
+    RowsIn(raw, gW_[static_cast<uint64_t>(c0) * K * esW_], 1, nc * K * esW_, 0, RoundUp(nc * K * esW_, 32));
+    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    LocalTensor<float> lin = wLinBuf_.Get<float>();
+    ToFloat(lin, raw, t_.weightDtype, LocalTensor<half>(), nc * K);
+    // Transpose [nc, K] -> [K, P] with scalar moves (K is small).
+    VToS();
+    LocalTensor<float> wT = wTBuf_.Get<float>();
+    for (uint32_t c = 0; c < nc; ++c)
+      for (uint32_t k = 0; k < K; ++k) wT.SetValue(k * P + c, lin.GetValue(c * K + k));
+    LocalTensor<float> bf = biasBuf_.Get<float>();
+    if (t_.hasBias) {
+      LocalTensor<uint8_t> braw = wRawBuf_.Get<uint8_t>();  // reuse: the weights are already transposed
+      RowsIn(braw, gB_[static_cast<uint64_t>(c0) * esB_], 1, nc * esB_, 0, RoundUp(nc * esB_, 32));
+      SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+      WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+      ToFloat(bf, braw, t_.biasDtype, LocalTensor<half>(), nc);
+    }
+    SToV();
+  }
+
+  __aicore__ inline void Row(uint32_t tile, uint32_t b) {
+    const uint32_t P = t_.tileChannels, K = t_.width, C = t_.channels;
+    const uint32_t c0 = tile * P;
+    const uint32_t nc = MinU(P, C - c0);
+    const int32_t n = static_cast<int32_t>(nc);
+    const int64_t s = ReadIndex(idx_, t_.idxDtype, b);
+    LocalTensor<float> acc = accBuf_.Get<float>();
+    const uint64_t outOff = (static_cast<uint64_t>(b) * C + c0) * esX_;
+    if (s < 0) {
+      Duplicate(acc, 0.0f, n);
+      WriteOut(outOff, acc, nc);
+      return;
+    }
+    const uint64_t stateOff = (static_cast<uint64_t>(s) * (K - 1) * C + c0) * esS_;
+    LocalTensor<uint8_t> xRaw = xIn_.AllocTensor<uint8_t>();
+    RowsIn(xRaw, gX_[outOff], 1, nc * esX_, 0, P * esX_);
+    xIn_.EnQue(xRaw);
+    LocalTensor<uint8_t> sRaw = stateIn_.AllocTensor<uint8_t>();
+    RowsIn(sRaw, gS_[stateOff], K - 1, nc * esS_, (C - nc) * esS_, P * esS_);
+    stateIn_.EnQue(sRaw);
+    xRaw = xIn_.DeQue<uint8_t>();
+    sRaw = stateIn_.DeQue<uint8_t>();
+
+    LocalTensor<float> xf = xfBuf_.Get<float>();
+    LocalTensor<float> sf = sfBuf_.Get<float>();
+    LocalTensor<float> wT = wTBuf_.Get<float>();
+    LocalTensor<float> tmp = tmpBuf_.Get<float>();
+    ToFloat(xf, xRaw, t_.xDtype, LocalTensor<half>(), nc);
+    ToFloat(sf, sRaw, t_.stateDtype, LocalTensor<half>(), (K - 1) * P);
+
+    // acc = sum_k window[k] * w[:, k] (+ bias), in tap order.
+    Mul(acc, sf, wT, n);
+    for (uint32_t k = 1; k + 1 < K; ++k) {
+      Mul(tmp, sf[k * P], wT[k * P], n);
+      Add(acc, acc, tmp, n);
+    }
+    Mul(tmp, xf, wT[(K - 1) * P], n);
+    Add(acc, acc, tmp, n);
+    if (t_.hasBias) Add(acc, acc, biasBuf_.Get<float>(), n);
+    if (t_.silu) {  // x * sigmoid(x) = x / (1 + exp(-x))
+      Muls(tmp, acc, -1.0f, n);
+      Exp(tmp, tmp, n);
+      Adds(tmp, tmp, 1.0f, n);
+      Div(acc, acc, tmp, n);
+    }
+    WriteOut(outOff, acc, nc);
+
+    // New state: rows 1..K-2 of the old one, then x in the state's dtype.
+    LocalTensor<uint8_t> sNew = stateOut_.AllocTensor<uint8_t>();
+    const uint32_t rowBytes = P * esS_;
+    if (K > 2) DataCopy(sNew, sRaw[rowBytes], (K - 2) * rowBytes);
+    if (t_.stateDtype == t_.xDtype) {
+      DataCopy(sNew[(K - 2) * rowBytes], xRaw, rowBytes);
+    } else {
+      FromFloat(sNew[(K - 2) * rowBytes], xf, t_.stateDtype, nc);
+    }
+    xIn_.FreeTensor(xRaw);
+    stateIn_.FreeTensor(sRaw);
+    stateOut_.EnQue(sNew);
+    sNew = stateOut_.DeQue<uint8_t>();
+    RowsOut(gS_[stateOff], sNew, K - 1, nc * esS_, (C - nc) * esS_, rowBytes);
+    stateOut_.FreeTensor(sNew);
+  }
+
+  __aicore__ inline void WriteOut(uint64_t off, const LocalTensor<float>& acc, uint32_t nc) {
+    LocalTensor<uint8_t> o = outQ_.AllocTensor<uint8_t>();
+    FromFloat(o, acc, t_.xDtype, nc);
+    outQ_.EnQue(o);
+    o = outQ_.DeQue<uint8_t>();
+    RowsOut(gO_[off], o, 1, nc * esX_, 0, t_.tileChannels * esX_);
+    outQ_.FreeTensor(o);
+  }
+
+  CausalConv1dUpdateTiling t_;
+  uint32_t esX_ = 0, esS_ = 0, esW_ = 0, esB_ = 0;
+  TPipe pipe_;
+  TQue<TPosition::VECIN, 1> xIn_, stateIn_;
+  TQue<TPosition::VECOUT, 1> outQ_, stateOut_;
+  TBuf<TPosition::VECCALC> wRawBuf_, wLinBuf_, wTBuf_, biasBuf_, sfBuf_, xfBuf_, accBuf_, tmpBuf_;
+  GlobalTensor<uint8_t> gX_, gS_, gW_, gB_, gO_;
+  GM_ADDR idx_ = nullptr;
+};
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void qwen_causal_conv1d_update(GM_ADDR x, GM_ADDR convStates, GM_ADDR weight,
+                                                                GM_ADDR bias, GM_ADDR cacheIndices, GM_ADDR out,
+                                                                GM_ADDR tiling) {
+  CausalConv1dUpdateTiling t;
+  CopyTiling(&t, tiling);
+  CausalConv1dUpdateKernel op;
+  op.Run(x, convStates, weight, bias, cacheIndices, out, t);
+}

@@ -1,0 +1,134 @@
+// Helpers shared by the qwen_ops Ascend C kernels (device code: only
+// kernel_operator.h and our own headers).
+#ifndef QWEN_ASCENDC_KERNELS_COMMON_H
+#define QWEN_ASCENDC_KERNELS_COMMON_H
+
+#include "kernel_operator.h"
+#include "tiling.h"
+
+namespace qwen_ascendc {
+
+using namespace AscendC;
+
+// The tiling struct arrives in GM; copy it into registers word by word.
+template <typename Tiling>
+__aicore__ inline void CopyTiling(Tiling* tiling, GM_ADDR tilingGm) {
+  uint32_t* dst = reinterpret_cast<uint32_t*>(tiling);
+  __gm__ uint32_t* src = reinterpret_cast<__gm__ uint32_t*>(tilingGm);
+  for (uint32_t i = 0; i < sizeof(Tiling) / sizeof(uint32_t); ++i) dst[i] = src[i];
+}
+
+__aicore__ inline uint32_t DtypeSize(uint32_t dt) {
+  switch (dt) {
+    case DT_FLOAT: case DT_INT32: return 4;
+    case DT_HALF: case DT_BF16: return 2;
+    case DT_INT64: return 8;
+    default: return 1;
+  }
+}
+
+__aicore__ inline uint32_t RoundUp(uint32_t x, uint32_t a) { return (x + a - 1) / a * a; }
+__aicore__ inline uint32_t MinU(uint32_t a, uint32_t b) { return a < b ? a : b; }
+__aicore__ inline float MaxF(float a, float b) { return a > b ? a : b; }
+
+// Scalar reads after vector results, and vector use after scalar writes.
+__aicore__ inline void VToS() {
+  SetFlag<HardEvent::V_S>(EVENT_ID0);
+  WaitFlag<HardEvent::V_S>(EVENT_ID0);
+}
+__aicore__ inline void SToV() {
+  SetFlag<HardEvent::S_V>(EVENT_ID0);
+  WaitFlag<HardEvent::S_V>(EVENT_ID0);
+}
+
+// Read one index of an int32 or int64 GM array.
+__aicore__ inline int64_t ReadIndex(GM_ADDR base, uint32_t dtype, uint64_t i) {
+  if (dtype == DT_INT64) {
+    GlobalTensor<int64_t> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(base));
+    return g.GetValue(i);
+  }
+  GlobalTensor<int32_t> g;
+  g.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(base));
+  return g.GetValue(i);
+}
+
+// Read one float16/bfloat16/float32 scalar from GM as float.
+__aicore__ inline float ReadScalar(GM_ADDR base, uint32_t dtype, uint64_t i) {
+  if (dtype == DT_HALF) {
+    GlobalTensor<half> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(base));
+    return static_cast<float>(g.GetValue(i));
+  }
+  if (dtype == DT_BF16) {
+    GlobalTensor<bfloat16_t> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(base));
+    return static_cast<float>(g.GetValue(i));
+  }
+  GlobalTensor<float> g;
+  g.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(base));
+  return g.GetValue(i);
+}
+
+// Convert `count` elements of raw data (dtype) into float. int8 goes through
+// half: the vector unit has no direct int8 -> float conversion.
+__aicore__ inline void ToFloat(const LocalTensor<float>& dst, const LocalTensor<uint8_t>& raw, uint32_t dtype,
+                               const LocalTensor<half>& halfTmp, uint32_t count) {
+  switch (dtype) {
+    case DT_FLOAT:
+      Muls(dst, raw.ReinterpretCast<float>(), 1.0f, static_cast<int32_t>(count));
+      break;
+    case DT_HALF:
+      Cast(dst, raw.ReinterpretCast<half>(), RoundMode::CAST_NONE, count);
+      break;
+    case DT_BF16:
+      Cast(dst, raw.ReinterpretCast<bfloat16_t>(), RoundMode::CAST_NONE, count);
+      break;
+    default:  // DT_INT8
+      Cast(halfTmp, raw.ReinterpretCast<int8_t>(), RoundMode::CAST_NONE, count);
+      Cast(dst, halfTmp, RoundMode::CAST_NONE, count);
+      break;
+  }
+}
+
+// Convert `count` floats into raw data of a float dtype, rounding to nearest even.
+__aicore__ inline void FromFloat(const LocalTensor<uint8_t>& raw, const LocalTensor<float>& src, uint32_t dtype,
+                                 uint32_t count) {
+  switch (dtype) {
+    case DT_FLOAT:
+      Muls(raw.ReinterpretCast<float>(), src, 1.0f, static_cast<int32_t>(count));
+      break;
+    case DT_HALF:
+      Cast(raw.ReinterpretCast<half>(), src, RoundMode::CAST_RINT, count);
+      break;
+    default:  // DT_BF16
+      Cast(raw.ReinterpretCast<bfloat16_t>(), src, RoundMode::CAST_RINT, count);
+      break;
+  }
+}
+
+// A byte view of a GM buffer.
+__aicore__ inline GlobalTensor<uint8_t> Bytes(GM_ADDR p) {
+  GlobalTensor<uint8_t> g;
+  g.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(p));
+  return g;
+}
+
+// DataCopyPad of `rows` rows of `rowBytes` bytes: GM rows `gmGap` bytes apart
+// (gap between a row's end and the next row's start), UB rows `ubPitch` bytes
+// apart (a multiple of 32).
+__aicore__ inline void RowsIn(const LocalTensor<uint8_t>& dst, const GlobalTensor<uint8_t>& src, uint32_t rows,
+                              uint32_t rowBytes, uint32_t gmGap, uint32_t ubPitch) {
+  DataCopyExtParams p(static_cast<uint16_t>(rows), rowBytes, gmGap, (ubPitch - RoundUp(rowBytes, 32)) / 32, 0);
+  DataCopyPadExtParams<uint8_t> pad(false, 0, 0, 0);
+  DataCopyPad(dst, src, p, pad);
+}
+__aicore__ inline void RowsOut(const GlobalTensor<uint8_t>& dst, const LocalTensor<uint8_t>& src, uint32_t rows,
+                               uint32_t rowBytes, uint32_t gmGap, uint32_t ubPitch) {
+  DataCopyExtParams p(static_cast<uint16_t>(rows), rowBytes, (ubPitch - RoundUp(rowBytes, 32)) / 32, gmGap, 0);
+  DataCopyPad(dst, src, p);
+}
+
+}  // namespace qwen_ascendc
+
+#endif  // QWEN_ASCENDC_KERNELS_COMMON_H

@@ -1,0 +1,149 @@
+"""Triton causal conv1d kernels against the torch reference.
+
+``causal_conv1d_fn`` and ``causal_conv1d_update`` with ``backend="triton"``
+are compared with ``backend="torch"`` through the public ops, on copies of
+the same state pool: outputs in x's dtype and the pool after the call.
+Edge cases as in the reference tests: empty and shorter-than-K-1 sequences
+(the saved state is shifted, not replaced), sequences longer than one token
+tile, padding (-1) rows, has_initial_state False, bias or none, silu or no
+activation, K = 2, 3 and 4, pool dtype different from x's.
+
+Under Triton's interpreter (``tests/conftest.py``) every tile op runs in
+numpy, so shapes are small: C = 200 (two channel blocks of 128, the second
+one masked) or 96, sequences of at most 70 tokens (three token tiles of 32).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from tolerances import KERNEL_VS_REFERENCE, tol
+
+from qwen_ops import ops
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
+NEEDS_GPU = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="bf16 runs on a GPU/NPU only: the Triton interpreter mishandles bf16 (bf16 tl.dot is wrong there)")
+F32 = torch.float32
+
+
+def offsets(lengths):
+    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+
+
+def run_both(fn, pool, device=DEVICE, **kwargs):
+    """The op with each backend on its own copy of the pool; returns [(out, pool after)] on the CPU."""
+    results = []
+    for backend in ("torch", "triton"):
+        states = pool.clone().to(device)
+        args = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
+                for name, value in kwargs.items()}
+        before = {name: value.clone() for name, value in args.items() if isinstance(value, torch.Tensor)}
+        out = fn(conv_states=states, backend=backend, **args)
+        for name, old in before.items():
+            assert torch.equal(old, args[name]), f"{backend}: {name} was modified"
+        results.append((out.cpu(), states.cpu()))
+    return results
+
+
+def assert_matches(results, dtype, pool, touched_rows):
+    (ref_out, ref_pool), (tri_out, tri_pool) = results
+    assert tri_out.dtype == ref_out.dtype and tri_out.shape == ref_out.shape
+    torch.testing.assert_close(tri_out, ref_out, **tol(KERNEL_VS_REFERENCE, dtype))
+    # States are copies of inputs (no arithmetic): exact.
+    assert torch.equal(tri_pool, ref_pool)
+    for row in range(pool.shape[0]):
+        if row not in touched_rows:
+            assert torch.equal(tri_pool[row], pool[row]), f"unused pool row {row} changed"
+
+
+# (x dtype, pool dtype, K, bias, activation, lengths, cache indices, has_initial_state): why each case.
+FN_CASES = [
+    # float32, K = 4 with bias and silu: lengths 5, 0 (empty, state carried), 70 (three token tiles),
+    # 2 (shorter than K-1: state shifted), 1; one padding row (-1) and one fresh start.
+    pytest.param(F32, F32, 4, True, "silu", [5, 0, 70, 2, 1], [3, 0, -1, 5, 6],
+                 [True, True, True, False, True], id="fp32-k4"),
+    # float16 x with a float32 pool, K = 3, no bias, no activation; an empty fresh sequence zeroes its row.
+    pytest.param(torch.float16, F32, 3, False, None, [1, 40, 0, 3], [2, 1, 4, 0],
+                 [True, False, False, True], id="fp16-k3-f32pool"),
+    # float16 everywhere, K = 2 (a one-row state, the smallest K), int64 indices below.
+    pytest.param(torch.float16, torch.float16, 2, True, "silu", [33, 1, 2], [1, -1, 0],
+                 [True, True, False], id="fp16-k2"),
+]
+
+
+@pytest.mark.parametrize("dtype, pool_dtype, width, with_bias, activation, lengths, indices, has_initial", FN_CASES)
+def test_causal_conv1d_fn(gen, dtype, pool_dtype, width, with_bias, activation, lengths, indices, has_initial):
+    channels = 200 if width == 4 else 96
+    x = torch.randn(sum(lengths), channels, generator=gen).to(dtype)
+    weight = torch.randn(channels, width, generator=gen).to(dtype)
+    bias = torch.randn(channels, generator=gen).to(dtype) if with_bias else None
+    pool = torch.randn(8, width - 1, channels, generator=gen).to(pool_dtype)
+    index_dtype = torch.int64 if width == 2 else torch.int32
+    results = run_both(ops.causal_conv1d_fn, pool, x=x, weight=weight, bias=bias,
+                       query_start_loc=offsets(lengths), cache_indices=torch.tensor(indices, dtype=index_dtype),
+                       has_initial_state=torch.tensor(has_initial), activation=activation)
+    assert_matches(results, dtype, pool, {i for i in indices if i >= 0})
+
+
+def test_causal_conv1d_fn_strided_input(gen):
+    """x as a column slice of a wider projection (row stride != C), as the GDN layer passes it."""
+    channels, width, lengths = 96, 4, [7, 12]
+    wide = torch.randn(sum(lengths), channels + 32, generator=gen)
+    x = wide[:, 16:16 + channels]
+    assert not x.is_contiguous()
+    pool = torch.randn(3, width - 1, channels, generator=gen)
+    results = run_both(ops.causal_conv1d_fn, pool, x=x, weight=torch.randn(channels, width, generator=gen),
+                       bias=None, query_start_loc=offsets(lengths), cache_indices=torch.tensor([2, 0]),
+                       has_initial_state=torch.tensor([True, True]), activation="silu")
+    assert_matches(results, F32, pool, {0, 2})
+
+
+# (x dtype, pool dtype, K, bias, activation, cache indices): why each case.
+UPDATE_CASES = [
+    # float32, K = 4, bias and silu, padding in the middle: that row outputs zeros.
+    pytest.param(F32, F32, 4, True, "silu", [2, -1, 4, 0], id="fp32-k4"),
+    # float16 with a float32 pool, K = 3, no bias or activation, int64 indices.
+    pytest.param(torch.float16, F32, 3, False, None, [1, 5, 3], id="fp16-k3-f32pool"),
+    # K = 2: the state is a single row that x replaces.
+    pytest.param(torch.float16, torch.float16, 2, True, "silu", [0, -1], id="fp16-k2"),
+]
+
+
+@pytest.mark.parametrize("dtype, pool_dtype, width, with_bias, activation, indices", UPDATE_CASES)
+def test_causal_conv1d_update(gen, dtype, pool_dtype, width, with_bias, activation, indices):
+    channels = 200 if width == 4 else 96
+    x = torch.randn(len(indices), channels, generator=gen).to(dtype)
+    weight = torch.randn(channels, width, generator=gen).to(dtype)
+    bias = torch.randn(channels, generator=gen).to(dtype) if with_bias else None
+    pool = torch.randn(6, width - 1, channels, generator=gen).to(pool_dtype)
+    index_dtype = torch.int64 if width == 3 else torch.int32
+    results = run_both(ops.causal_conv1d_update, pool, x=x, weight=weight, bias=bias,
+                       cache_indices=torch.tensor(indices, dtype=index_dtype), activation=activation)
+    assert_matches(results, dtype, pool, {i for i in indices if i >= 0})
+    tri_out = results[1][0]
+    for b, i in enumerate(indices):
+        if i < 0:
+            assert torch.equal(tri_out[b], torch.zeros_like(tri_out[b])), "a padding row outputs zeros"
+
+
+@pytest.mark.gpu
+@NEEDS_GPU
+def test_bf16_on_gpu(gen):
+    """bfloat16 x and pool at a Qwen3.5-like width (C = 1024, K = 4), prefill then one decode step."""
+    channels, width, lengths = 1024, 4, [1, 130, 17]
+    x = torch.randn(sum(lengths), channels, generator=gen).to(torch.bfloat16)
+    weight = torch.randn(channels, width, generator=gen).to(torch.bfloat16)
+    pool = torch.randn(4, width - 1, channels, generator=gen).to(torch.bfloat16)
+    cuda = torch.device("cuda")
+    indices = torch.tensor([3, 0, 1], dtype=torch.int32)
+    results = run_both(ops.causal_conv1d_fn, pool, device=cuda, x=x, weight=weight, bias=None,
+                       query_start_loc=offsets(lengths), cache_indices=indices,
+                       has_initial_state=torch.tensor([True, False, True]), activation="silu")
+    assert_matches(results, torch.bfloat16, pool, {0, 1, 3})
+    step = torch.randn(3, channels, generator=gen).to(torch.bfloat16)
+    results = run_both(ops.causal_conv1d_update, pool, device=cuda, x=step, weight=weight, bias=None,
+                       cache_indices=indices, activation="silu")
+    assert_matches(results, torch.bfloat16, pool, {0, 1, 3})

@@ -1,0 +1,85 @@
+"""Triton ``fused_gdn_gating`` against the torch reference.
+
+Compared through the public op (``backend="triton"`` vs ``backend="torch"``)
+under Triton's interpreter on the CPU (``tests/conftest.py``). Edge cases:
+token counts that are not a multiple of the 64-token tile and more tiles than
+programs (the persistent loop runs several times), a head count that is not a
+power of two (masked head columns), softplus inputs on both sides of its
+threshold of 20 and far below zero, strided a/b (views of one projection).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from tolerances import KERNEL_VS_REFERENCE, tol
+
+from qwen_ops import ops
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
+NEEDS_GPU = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="bf16 runs on a GPU/NPU only: the Triton interpreter mishandles bf16 (bf16 tl.dot is wrong there)")
+F32 = torch.float32
+
+
+def run_both(A_log, a, b, dt_bias, device=DEVICE):
+    results = []
+    for backend in ("torch", "triton"):
+        args = [x.to(device) for x in (A_log, a, b, dt_bias)]
+        g, beta = ops.fused_gdn_gating(*args, backend=backend)
+        results.append((g.cpu(), beta.cpu()))
+    return results
+
+
+def assert_matches(results, b_dtype):
+    (ref_g, ref_beta), (tri_g, tri_beta) = results
+    assert tri_g.dtype == F32 and tri_g.shape == ref_g.shape
+    assert tri_beta.dtype == b_dtype and tri_beta.shape == ref_beta.shape
+    # g is float32 whatever a's dtype: exp, log and a product in float32.
+    torch.testing.assert_close(tri_g, ref_g, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(tri_beta, ref_beta, **tol(KERNEL_VS_REFERENCE, b_dtype))
+
+
+def draw(gen, tokens, heads, dtype):
+    A_log = torch.randn(heads, generator=gen)
+    dt_bias = torch.randn(heads, generator=gen).to(dtype)
+    # a spans roughly [-60, 60]: softplus on both sides of the threshold 20 and deep in exp underflow.
+    a = (torch.randn(tokens, heads, generator=gen) * 20).to(dtype)
+    b = (torch.randn(tokens, heads, generator=gen) * 4).to(dtype)
+    return A_log, a, b, dt_bias
+
+
+@pytest.mark.parametrize("dtype", [F32, torch.float16])
+def test_matches_reference(gen, dtype):
+    """150 tokens: three 64-token tiles (the last partial) over 3 programs; 6 heads pad to 8."""
+    A_log, a, b, dt_bias = draw(gen, 150, 6, dtype)
+    a[0, :3] = torch.tensor([20.0, 19.99, -100.0]).to(dtype)  # at, just under the threshold, underflow
+    assert_matches(run_both(A_log, a, b, dt_bias), dtype)
+
+
+def test_strided_projections(gen):
+    """a and b as column slices of one [T, 2 Hv + 8] projection, float16 with float32 A_log and dt_bias."""
+    tokens, heads = 70, 4
+    proj = (torch.randn(tokens, 2 * heads + 8, generator=gen) * 10).to(torch.float16)
+    a, b = proj[:, 8:8 + heads], proj[:, 8 + heads:]
+    assert not a.is_contiguous()
+    A_log, dt_bias = torch.randn(heads, generator=gen), torch.randn(heads, generator=gen)
+    assert_matches(run_both(A_log, a, b, dt_bias), torch.float16)
+
+
+def test_no_tokens():
+    """T = 0 (an empty batch): empty outputs of the right shape and dtypes, no launch."""
+    A_log, dt_bias = torch.zeros(4), torch.zeros(4)
+    a, b = torch.empty(0, 4), torch.empty(0, 4, dtype=torch.float16)
+    g, beta = ops.fused_gdn_gating(A_log.to(DEVICE), a.to(DEVICE), b.to(DEVICE), dt_bias.to(DEVICE), backend="triton")
+    assert g.shape == (0, 4) and g.dtype == F32 and beta.shape == (0, 4) and beta.dtype == torch.float16
+
+
+@pytest.mark.gpu
+@NEEDS_GPU
+def test_bf16_on_gpu(gen):
+    """bfloat16 projections with Qwen3.5's 32 value heads and 1000 tokens."""
+    A_log, a, b, dt_bias = draw(gen, 1000, 32, torch.bfloat16)
+    assert_matches(run_both(A_log, a, b, dt_bias, device=torch.device("cuda")), torch.bfloat16)

@@ -1,0 +1,206 @@
+"""Triton gated delta rule kernels against the torch references.
+
+``chunk_gated_delta_rule(backend="triton")`` is compared with the torch
+chunked reference and ``fused_recurrent_gated_delta_rule(backend="triton")``
+with the torch recurrence (the golden), both through the public ops, on the
+same edge cases as the references: packed sequences of 0, 1, 64 and > 64
+tokens, a batch without ``cu_seqlens``, plain initial states with
+``has_initial_state``, state pools with padding (-1), GQA (Hv = 2 Hk),
+in-kernel l2norm, and Dk != Dv including a non-power-of-two Dv.
+
+On a CPU-only machine the kernels run under Triton's interpreter (set by
+``tests/conftest.py``), which executes every tile op in numpy: shapes are
+small (Dk, Dv of 32 to 64, at most 4 value heads, ~150 tokens) and each case
+says why it needs its size. D = 256 is covered once per kernel.
+
+Inputs keep the recurrence bounded, as in the reference tests: g < 0,
+beta in (0, 1), and k of unit norm (or normalised in the kernel).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tolerances import KERNEL_VS_REFERENCE, tol
+
+from qwen_ops import ops
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(),
+                               reason="bf16 tl.dot is wrong under the Triton interpreter; runs on a GPU/NPU only")
+F32 = torch.float32
+OPS = {"chunk": ops.chunk_gated_delta_rule, "recurrent": ops.fused_recurrent_gated_delta_rule}
+# Sequence lengths per op. The chunk kernel needs 64 (one full chunk) and 70
+# (a full and a partial chunk); the recurrent kernel has no chunks and steps
+# token by token, which is slow under the interpreter, so it gets short ones.
+PACKED_LENGTHS = {"chunk": [0, 1, 64, 70], "recurrent": [0, 1, 9, 6]}
+BATCH_TOKENS = {"chunk": 70, "recurrent": 9}
+POOL_LENGTHS = {"chunk": [3, 66, 5, 20], "recurrent": [3, 7, 5, 2]}
+
+
+def draw(gen, *, batch, tokens, hk, hv, dk, dv, dtype, l2norm):
+    """Fresh q, k, v, g, beta; without in-kernel l2norm k has unit norm so the state stays bounded."""
+    q = torch.randn(batch, tokens, hk, dk, generator=gen)
+    k = torch.randn(batch, tokens, hk, dk, generator=gen)
+    if not l2norm:
+        k = k / k.norm(dim=-1, keepdim=True)
+    v = torch.randn(batch, tokens, hv, dv, generator=gen)
+    # Mostly slow decay (g near -0.05) so that state carries across chunk boundaries.
+    g = F.logsigmoid(3.0 + torch.randn(batch, tokens, hv, generator=gen))
+    beta = torch.rand(batch, tokens, hv, generator=gen) * 0.98 + 0.01
+    return [q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype)]
+
+
+def offsets(lengths):
+    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+
+
+def run_both(op, inputs, *, initial_state=None, device=DEVICE, **kwargs):
+    """The op with the torch and the triton backend on copies of the state; checks inputs stay intact.
+
+    Returns [(o, final, state after the call)] for torch then triton, on the CPU.
+    """
+    results = []
+    for backend in ("torch", "triton"):
+        args = [x.to(device) for x in inputs]
+        before = [x.clone() for x in args]
+        state = None if initial_state is None else initial_state.clone().to(device)
+        extra = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
+                 for name, value in kwargs.items()}
+        o, final = op(*args, initial_state=state, backend=backend, **extra)
+        for name, old, new in zip("q k v g beta".split(), before, args):
+            assert torch.equal(old, new), f"{backend}: {name} was modified"
+        results.append((o.cpu(), None if final is None else final.cpu(), None if state is None else state.cpu()))
+    return results
+
+
+def assert_matches(results, dtype):
+    (ref_o, ref_final, ref_state), (tri_o, tri_final, tri_state) = results
+    assert tri_o.dtype == ref_o.dtype and tri_o.shape == ref_o.shape
+    torch.testing.assert_close(tri_o, ref_o, **tol(KERNEL_VS_REFERENCE, dtype))
+    assert (tri_final is None) == (ref_final is None)
+    # States are float32 whatever the input dtype: both sides accumulate in float32.
+    if ref_final is not None:
+        assert tri_final.dtype == F32 and tri_final.shape == ref_final.shape
+        torch.testing.assert_close(tri_final, ref_final, **tol(KERNEL_VS_REFERENCE, F32))
+    if ref_state is not None:
+        torch.testing.assert_close(tri_state, ref_state, **tol(KERNEL_VS_REFERENCE, F32))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [F32, torch.float16])
+def test_packed_sequences_with_initial_states(gen, op, dtype):
+    """An empty sequence, a single token and longer ones (PACKED_LENGTHS).
+
+    GQA (Hk 1, Hv 2), Dk 32 != Dv 48 (not a power of two: masked columns,
+    two v-blocks of 32), a plain initial state that must stay unmodified, and
+    one sequence told to start from zeros.
+    """
+    lengths = PACKED_LENGTHS[op]
+    hk, hv, dk, dv = 1, 2, 32, 48
+    inputs = draw(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype, l2norm=False)
+    initial = torch.randn(len(lengths), hv, dk, dv, generator=gen)
+    has_initial = torch.tensor([True, True, False, True])
+    results = run_both(OPS[op], inputs, initial_state=initial, output_final_state=True,
+                       cu_seqlens=offsets(lengths), has_initial_state=has_initial, scale=0.3)
+    assert_matches(results, dtype)
+    assert torch.equal(results[1][2], initial), "a plain initial_state must not be modified"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_batch_with_l2norm_and_no_final_state(gen, op):
+    """B = 2 without cu_seqlens, in-kernel l2norm of unnormalised q, k, float16, default scale.
+
+    Rows of 70 tokens cross a chunk boundary (chunk op); no initial and no final state.
+    """
+    inputs = draw(gen, batch=2, tokens=BATCH_TOKENS[op], hk=2, hv=2, dk=64, dv=32, dtype=torch.float16, l2norm=True)
+    results = run_both(OPS[op], inputs, use_qk_l2norm_in_kernel=True)
+    assert results[1][1] is None
+    assert_matches(results, torch.float16)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("output_final_state", [False, True])
+def test_state_pool_with_padding(gen, op, output_final_state):
+    """Prefill into a state pool: shuffled rows, a padding sequence (-1), mixed has_initial_state.
+
+    The padding sequence (third, 5 tokens) must output zeros; pool rows no
+    sequence uses must stay bit-exact.
+    """
+    lengths = POOL_LENGTHS[op]
+    indices = torch.tensor([5, 0, -1, 2], dtype=torch.int32)
+    has_initial = torch.tensor([True, False, True, True])
+    hk, hv, dk, dv, rows = 2, 4, 32, 32, 7
+    inputs = draw(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, dtype=F32, l2norm=True)
+    pool = torch.randn(rows, hv, dk, dv, generator=gen)
+    results = run_both(OPS[op], inputs, initial_state=pool, output_final_state=output_final_state,
+                       cu_seqlens=offsets(lengths), ssm_state_indices=indices, has_initial_state=has_initial,
+                       use_qk_l2norm_in_kernel=True)
+    assert_matches(results, F32)
+    tri_o, tri_final, tri_pool = results[1]
+    pad = slice(sum(lengths[:2]), sum(lengths[:3]))
+    assert torch.equal(tri_o[0, pad], torch.zeros_like(tri_o[0, pad])), "padding outputs must be zero"
+    if output_final_state:
+        assert torch.equal(tri_final[2], torch.zeros_like(tri_final[2])), "padding has no final state"
+    for row in (1, 3, 4, 6):
+        assert torch.equal(tri_pool[row], pool[row]), f"unused pool row {row} changed"
+    assert not torch.equal(tri_pool[0], pool[0]), "the pool row of a real sequence must be written"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype, index_dtype", [(F32, torch.int32), (torch.float16, torch.int64)])
+def test_decode_step_on_state_pool(gen, op, dtype, index_dtype):
+    """The engine's decode call: B = 5 sequences of one token each, no cu_seqlens, pool with padding."""
+    hk, hv, dk, dv = 2, 4, 32, 32
+    inputs = draw(gen, batch=5, tokens=1, hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype, l2norm=True)
+    indices = torch.tensor([4, -1, 0, 6, 2], dtype=index_dtype)
+    pool = torch.randn(7, hv, dk, dv, generator=gen)
+    results = run_both(OPS[op], inputs, initial_state=pool, ssm_state_indices=indices, use_qk_l2norm_in_kernel=True)
+    assert_matches(results, dtype)
+    assert torch.equal(results[1][0][1], torch.zeros_like(results[1][0][1]))
+    for row in (1, 3, 5):
+        assert torch.equal(results[1][2][row], pool[row])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_head_dim_256(gen, op):
+    """Dk = Dv = 256, the largest head dim: 4 Dk blocks in the chunk prep, a 256-row state tile.
+
+    One head and 20 tokens (one partial chunk) keep the interpreter within seconds.
+    """
+    inputs = draw(gen, batch=1, tokens=20, hk=1, hv=1, dk=256, dv=256, dtype=F32, l2norm=False)
+    initial = torch.randn(1, 1, 256, 256, generator=gen) * 0.1
+    assert_matches(run_both(OPS[op], inputs, initial_state=initial, output_final_state=True), F32)
+
+
+def test_chunk_kernel_crosses_several_chunks(gen):
+    """One 200-token sequence: four chunks (64, 64, 64, 8), so the state passes three chunk boundaries.
+
+    Checked against the recurrence too, so the kernel's inverse and WY terms
+    are tested beyond agreeing with the chunked reference that shares its algorithm.
+    """
+    inputs = draw(gen, batch=1, tokens=200, hk=1, hv=1, dk=32, dv=32, dtype=F32, l2norm=False)
+    initial = torch.randn(1, 1, 32, 32, generator=gen)
+    (_, _, _), (tri_o, tri_final, _) = run_both(ops.chunk_gated_delta_rule, inputs, initial_state=initial,
+                                                output_final_state=True)
+    golden_o, golden_final = ops.fused_recurrent_gated_delta_rule(*inputs, initial_state=initial.clone(),
+                                                                  output_final_state=True, backend="torch")
+    torch.testing.assert_close(tri_o, golden_o, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(tri_final, golden_final, **tol(KERNEL_VS_REFERENCE, F32))
+
+
+@pytest.mark.gpu
+@NEEDS_GPU
+@pytest.mark.parametrize("op", OPS)
+def test_bf16_on_gpu(gen, op):
+    """bfloat16 inputs at Qwen3.5-like head dims (Dk = Dv = 128, Hv = 2 Hk), packed with a pool."""
+    lengths = [1, 130, 17]
+    inputs = draw(gen, batch=1, tokens=sum(lengths), hk=2, hv=4, dk=128, dv=128, dtype=torch.bfloat16,
+                  l2norm=True)
+    pool = torch.randn(4, 4, 128, 128, generator=gen)
+    results = run_both(OPS[op], inputs, initial_state=pool, output_final_state=True, cu_seqlens=offsets(lengths),
+                       ssm_state_indices=torch.tensor([3, 0, 1], dtype=torch.int32), use_qk_l2norm_in_kernel=True,
+                       device=torch.device("cuda"))
+    assert_matches(results, torch.bfloat16)
