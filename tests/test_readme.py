@@ -25,3 +25,12 @@ def test_ci_runs_the_readme_main_command():
 
 def test_main_command_is_the_generate_script():
     assert _readme_command("Run").endswith("qwen-generate")
+
+
+def test_ops_example_runs_as_written():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## The ops", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.+?)\n```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md:The ops", "exec"), namespace)
+    assert tuple(namespace["out"].shape) == (1, 4, 64)
