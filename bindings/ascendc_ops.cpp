@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -88,6 +89,19 @@ void ExpectShape(const char* op, const char* name, const at::Tensor& t, std::vec
               t.sizes());
 }
 
+// The int8-cache scales: given exactly when the cache is int8, float32 [Hkv, D].
+void ExpectScales(const char* op, bool quant, const c10::optional<at::Tensor>& kScale,
+                  const c10::optional<at::Tensor>& vScale, int64_t hkv, int64_t d) {
+  TORCH_CHECK(kScale.has_value() == quant && vScale.has_value() == quant, op,
+              ": k_scale/v_scale are required for int8 caches and only for them");
+  if (quant) {
+    ExpectShape(op, "k_scale", *kScale, {hkv, d});
+    ExpectShape(op, "v_scale", *vScale, {hkv, d});
+    TORCH_CHECK(kScale->scalar_type() == at::kFloat && vScale->scalar_type() == at::kFloat, op,
+                ": scales must be float32");
+  }
+}
+
 uint32_t U32(const char* op, int64_t v, const char* what) {
   TORCH_CHECK(v >= 0 && v <= 0x7fffffffLL, op, ": ", what, " = ", v, " is out of the kernels' 31-bit range");
   return static_cast<uint32_t>(v);
@@ -96,7 +110,6 @@ uint32_t U32(const char* op, int64_t v, const char* what) {
 uint8_t* Ptr(const at::Tensor& t) {
   return (t.defined() && t.numel() > 0) ? static_cast<uint8_t*>(t.data_ptr()) : nullptr;
 }
-uint8_t* Ptr(const c10::optional<at::Tensor>& t) { return t.has_value() ? Ptr(*t) : nullptr; }
 
 LaunchConfig Config(int64_t numCores, int64_t ubBytes, int64_t maxTile) {
   TORCH_CHECK(numCores >= 0 && numCores <= 4096, "num_cores must be in [0, 4096]");
@@ -134,23 +147,41 @@ at::Tensor TilingBytes(const Tiling& t, const at::Device& device) {
   return device.is_cpu() ? cpu : cpu.to(device);
 }
 
-#ifndef QWEN_OPS_WITH_CANN
-struct Regions {
-  std::vector<qwen_sim::GmRegion> list;
-  void Add(const char* name, const at::Tensor& t, bool writable) {
-    if (t.defined() && t.numel() > 0) list.push_back({t.data_ptr(), static_cast<uint64_t>(t.nbytes()), writable, name});
-  }
-  void Add(const char* name, const c10::optional<at::Tensor>& t, bool writable) {
-    if (t.has_value()) Add(name, *t, writable);
-  }
-};
+// ------------------------------------------------------------------ launching
 
-void RunSim(const char* kernel, uint32_t blockDim, const Regions& regions, const std::function<void()>& body) {
+// One pointer argument of a kernel. Besides the pointer, the CPU stand-in
+// gets the tensor's name, size and whether the kernel may write it: any other
+// GM access is a strict-check violation.
+enum Access { kRead, kWrite };
+struct GmArg {
+  const char* name;
+  uint8_t* ptr;  // null for an absent or empty tensor
+  uint64_t bytes;
+  Access access;
+};
+GmArg Arg(const char* name, const at::Tensor& t, Access access) {
+  uint8_t* p = Ptr(t);
+  return {name, p, p != nullptr ? static_cast<uint64_t>(t.nbytes()) : 0, access};
+}
+GmArg Arg(const char* name, const c10::optional<at::Tensor>& t, Access access) {
+  return t.has_value() ? Arg(name, *t, access) : GmArg{name, nullptr, 0, access};
+}
+
+// The symbol that launches kernel `name` in this build.
+#ifdef QWEN_OPS_WITH_CANN
+#define QWEN_KERNEL(name) ACLRT_LAUNCH_KERNEL(name)
+#else
+#define QWEN_KERNEL(name) name
+#endif
+
+#ifndef QWEN_OPS_WITH_CANN
+void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::GmRegion>& regions,
+            const std::function<void()>& body) {
   qwen_sim::LaunchStats stats;
   std::string err;
   {
     py::gil_scoped_release release;
-    err = qwen_sim::Launch(kernel, blockDim, body, regions.list, &stats);
+    err = qwen_sim::Launch(kernel, blockDim, body, regions, &stats);
   }
   Info() = py::dict();
   Info()["kernel"] = kernel;
@@ -159,6 +190,27 @@ void RunSim(const char* kernel, uint32_t blockDim, const Regions& regions, const
   if (!err.empty()) throw std::runtime_error(err);
 }
 #endif
+
+// Launches `kernel` (QWEN_KERNEL(name)) on tiling.usedCores cores with the
+// pointer arguments `args` in the kernel's parameter order, followed by the
+// tiling, copied to `device`:
+//   * CANN build: on the current NPU stream.
+//   * CPU build: through the stand-in, as kernel `op`, with `args` and the
+//     tiling as the only GM regions it may touch.
+template <typename Kernel, typename Tiling, typename... GmArgs>
+void Launch(Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device, const GmArgs&... args) {
+  const at::Tensor tilingDev = TilingBytes(tiling, device);
+  const GmArg tilingArg = Arg("tiling", tilingDev, kRead);
+#ifdef QWEN_OPS_WITH_CANN
+  (void)op;
+  kernel(tiling.usedCores, c10_npu::getCurrentNPUStream().stream(), args.ptr..., tilingArg.ptr);
+#else
+  std::vector<qwen_sim::GmRegion> regions;
+  for (const GmArg& a : {args..., tilingArg})
+    if (a.ptr != nullptr) regions.push_back({a.ptr, a.bytes, a.access == kWrite, a.name});
+  RunSim(op, tiling.usedCores, regions, [&] { kernel(args.ptr..., tilingArg.ptr); });
+#endif
+}
 
 void NoteTiling(std::vector<std::pair<const char*, int64_t>> fields) {
   py::dict t;
@@ -186,41 +238,16 @@ void ReshapeAndCache(const at::Tensor& key, const at::Tensor& value, const at::T
   const bool quant = keyCache.scalar_type() == at::kChar;
   TORCH_CHECK(quant || keyCache.scalar_type() == key.scalar_type(), op, ": a float cache must have key's dtype");
   TORCH_CHECK(IsIndex(slotMapping), op, ": 'slot_mapping' must be int32 or int64");
-  TORCH_CHECK(kScale.has_value() == quant && vScale.has_value() == quant, op,
-              ": k_scale/v_scale are required for int8 caches and only for them");
-  if (quant) {
-    ExpectShape(op, "k_scale", *kScale, {hkv, d});
-    ExpectShape(op, "v_scale", *vScale, {hkv, d});
-    TORCH_CHECK(kScale->scalar_type() == at::kFloat && vScale->scalar_type() == at::kFloat, op,
-                ": scales must be float32");
-  }
+  ExpectScales(op, quant, kScale, vScale, hkv, d);
   if (t == 0 || hkv == 0 || d == 0) return;
   const auto tiling = qwen_ascendc::PlanReshapeAndCache(
       U32(op, t, "T"), U32(op, hkv, "Hkv"), U32(op, d, "D"), U32(op, bs, "Bs"), U32(op, nb, "NB"),
       Code(key.scalar_type()), Code(keyCache.scalar_type()), Code(slotMapping.scalar_type()),
       Config(numCores, ubBytes, maxTile));
   U32(op, nb * bs, "NB * Bs");
-  at::Tensor tilingDev = TilingBytes(tiling, key.device());
-#ifdef QWEN_OPS_WITH_CANN
-  auto stream = c10_npu::getCurrentNPUStream().stream();
-  ACLRT_LAUNCH_KERNEL(qwen_reshape_and_cache)(tiling.usedCores, stream, Ptr(key), Ptr(value), Ptr(keyCache),
-                                              Ptr(valueCache), Ptr(slotMapping), Ptr(kScale), Ptr(vScale),
-                                              Ptr(tilingDev));
-#else
-  Regions rg;
-  rg.Add("key", key, false);
-  rg.Add("value", value, false);
-  rg.Add("key_cache", keyCache, true);
-  rg.Add("value_cache", valueCache, true);
-  rg.Add("slot_mapping", slotMapping, false);
-  rg.Add("k_scale", kScale, false);
-  rg.Add("v_scale", vScale, false);
-  rg.Add("tiling", tilingDev, false);
-  RunSim("reshape_and_cache", tiling.usedCores, rg, [&] {
-    qwen_reshape_and_cache(Ptr(key), Ptr(value), Ptr(keyCache), Ptr(valueCache), Ptr(slotMapping), Ptr(kScale),
-                           Ptr(vScale), Ptr(tilingDev));
-  });
-#endif
+  Launch(QWEN_KERNEL(qwen_reshape_and_cache), op, tiling, key.device(), Arg("key", key, kRead),
+         Arg("value", value, kRead), Arg("key_cache", keyCache, kWrite), Arg("value_cache", valueCache, kWrite),
+         Arg("slot_mapping", slotMapping, kRead), Arg("k_scale", kScale, kRead), Arg("v_scale", vScale, kRead));
   NoteTiling({{"heads_per_tile", tiling.headsPerTile}, {"tokens_per_core", tiling.tokensPerCore},
               {"used_cores", tiling.usedCores}, {"ub_planned", (int64_t)qwen_ascendc::ReshapeAndCacheUb(tiling)}});
 }
@@ -249,42 +276,17 @@ at::Tensor PagedDecodeAttention(const at::Tensor& query, const at::Tensor& keyCa
   TORCH_CHECK(quant || keyCache.scalar_type() == query.scalar_type(), op, ": a float cache must have query's dtype");
   TORCH_CHECK(hkv > 0 && hq % hkv == 0, op, ": Hq = ", hq, " must be a multiple of Hkv = ", hkv);
   TORCH_CHECK(d > 0 && d % 16 == 0, op, ": the Ascend C kernel needs D to be a multiple of 16, got ", d);
-  TORCH_CHECK(kScale.has_value() == quant && vScale.has_value() == quant, op,
-              ": k_scale/v_scale are required for int8 caches and only for them");
-  if (quant) {
-    ExpectShape(op, "k_scale", *kScale, {hkv, d});
-    ExpectShape(op, "v_scale", *vScale, {hkv, d});
-    TORCH_CHECK(kScale->scalar_type() == at::kFloat && vScale->scalar_type() == at::kFloat, op,
-                ": scales must be float32");
-  }
+  ExpectScales(op, quant, kScale, vScale, hkv, d);
   at::Tensor out = at::empty_like(query);
   if (n == 0 || hq == 0) return out;
   const auto tiling = qwen_ascendc::PlanPagedAttention(
       U32(op, n, "N"), U32(op, hq, "Hq"), U32(op, hkv, "Hkv"), U32(op, d, "D"), U32(op, bs, "Bs"), U32(op, nb, "NB"),
       U32(op, blockTables.size(1), "M"), Code(query.scalar_type()), Code(keyCache.scalar_type()),
       static_cast<float>(scale), Config(numCores, ubBytes, maxTile));
-  at::Tensor tilingDev = TilingBytes(tiling, query.device());
-#ifdef QWEN_OPS_WITH_CANN
-  auto stream = c10_npu::getCurrentNPUStream().stream();
-  ACLRT_LAUNCH_KERNEL(qwen_paged_decode_attention)(tiling.usedCores, stream, Ptr(query), Ptr(keyCache),
-                                                   Ptr(valueCache), Ptr(blockTables), Ptr(seqLens), Ptr(kScale),
-                                                   Ptr(vScale), Ptr(out), Ptr(tilingDev));
-#else
-  Regions rg;
-  rg.Add("query", query, false);
-  rg.Add("key_cache", keyCache, false);
-  rg.Add("value_cache", valueCache, false);
-  rg.Add("block_tables", blockTables, false);
-  rg.Add("seq_lens", seqLens, false);
-  rg.Add("k_scale", kScale, false);
-  rg.Add("v_scale", vScale, false);
-  rg.Add("out", out, true);
-  rg.Add("tiling", tilingDev, false);
-  RunSim("paged_decode_attention", tiling.usedCores, rg, [&] {
-    qwen_paged_decode_attention(Ptr(query), Ptr(keyCache), Ptr(valueCache), Ptr(blockTables), Ptr(seqLens),
-                                Ptr(kScale), Ptr(vScale), Ptr(out), Ptr(tilingDev));
-  });
-#endif
+  Launch(QWEN_KERNEL(qwen_paged_decode_attention), op, tiling, query.device(), Arg("query", query, kRead),
+         Arg("key_cache", keyCache, kRead), Arg("value_cache", valueCache, kRead),
+         Arg("block_tables", blockTables, kRead), Arg("seq_lens", seqLens, kRead), Arg("k_scale", kScale, kRead),
+         Arg("v_scale", vScale, kRead), Arg("out", out, kWrite));
   NoteTiling({{"tile_tokens", tiling.tileTokens}, {"units_per_core", tiling.unitsPerCore},
               {"used_cores", tiling.usedCores}, {"ub_planned", (int64_t)qwen_ascendc::PagedAttentionUb(tiling)}});
   return out;
@@ -361,31 +363,13 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>> GdnRecurrent(
   shape.useL2Norm = useL2Norm;
   shape.scale = static_cast<float>(scale);
   const auto tiling = qwen_ascendc::PlanGdnRecurrent(shape, Config(numCores, ubBytes, maxTile));
-  at::Tensor tilingDev = TilingBytes(tiling, q.device());
-#ifdef QWEN_OPS_WITH_CANN
-  auto stream = c10_npu::getCurrentNPUStream().stream();
-  ACLRT_LAUNCH_KERNEL(qwen_gdn_recurrent)(tiling.usedCores, stream, Ptr(q), Ptr(k), Ptr(v), Ptr(g), Ptr(beta),
-                                          Ptr(initialState), Ptr(cuSeqlens), Ptr(stateIndices), Ptr(hasInitial),
-                                          Ptr(o), Ptr(finalState), Ptr(tilingDev));
-#else
-  Regions rg;
-  rg.Add("q", q, false);
-  rg.Add("k", k, false);
-  rg.Add("v", v, false);
-  rg.Add("g", g, false);
-  rg.Add("beta", beta, false);
-  rg.Add("initial_state", initialState, stateIndices.has_value());
-  rg.Add("cu_seqlens", cuSeqlens, false);
-  rg.Add("ssm_state_indices", stateIndices, false);
-  rg.Add("has_initial_state", hasInitial, false);
-  rg.Add("o", o, true);
-  rg.Add("final_state", finalState, true);
-  rg.Add("tiling", tilingDev, false);
-  RunSim("fused_recurrent_gated_delta_rule", tiling.usedCores, rg, [&] {
-    qwen_gdn_recurrent(Ptr(q), Ptr(k), Ptr(v), Ptr(g), Ptr(beta), Ptr(initialState), Ptr(cuSeqlens),
-                       Ptr(stateIndices), Ptr(hasInitial), Ptr(o), Ptr(finalState), Ptr(tilingDev));
-  });
-#endif
+  // A state pool (with ssm_state_indices) is updated in place; plain initial states are only read.
+  const Access poolAccess = stateIndices.has_value() ? kWrite : kRead;
+  Launch(QWEN_KERNEL(qwen_gdn_recurrent), op, tiling, q.device(), Arg("q", q, kRead), Arg("k", k, kRead),
+         Arg("v", v, kRead), Arg("g", g, kRead), Arg("beta", beta, kRead),
+         Arg("initial_state", initialState, poolAccess), Arg("cu_seqlens", cuSeqlens, kRead),
+         Arg("ssm_state_indices", stateIndices, kRead), Arg("has_initial_state", hasInitial, kRead),
+         Arg("o", o, kWrite), Arg("final_state", finalState, kWrite));
   NoteTiling({{"dv_tile", tiling.dvTile}, {"num_dv_tiles", tiling.numDvTiles}, {"units_per_core", tiling.unitsPerCore},
               {"used_cores", tiling.usedCores}, {"ub_planned", (int64_t)qwen_ascendc::GdnRecurrentUb(tiling)}});
   return {o, finalState};
@@ -425,25 +409,9 @@ at::Tensor CausalConv1dUpdate(const at::Tensor& x, const at::Tensor& convStates,
   shape.hasBias = bias.has_value();
   shape.silu = silu;
   const auto tiling = qwen_ascendc::PlanCausalConv1dUpdate(shape, Config(numCores, ubBytes, maxTile));
-  at::Tensor tilingDev = TilingBytes(tiling, x.device());
-#ifdef QWEN_OPS_WITH_CANN
-  auto stream = c10_npu::getCurrentNPUStream().stream();
-  ACLRT_LAUNCH_KERNEL(qwen_causal_conv1d_update)(tiling.usedCores, stream, Ptr(x), Ptr(convStates), Ptr(weight),
-                                                 Ptr(bias), Ptr(cacheIndices), Ptr(out), Ptr(tilingDev));
-#else
-  Regions rg;
-  rg.Add("x", x, false);
-  rg.Add("conv_states", convStates, true);
-  rg.Add("weight", weight, false);
-  rg.Add("bias", bias, false);
-  rg.Add("cache_indices", cacheIndices, false);
-  rg.Add("out", out, true);
-  rg.Add("tiling", tilingDev, false);
-  RunSim("causal_conv1d_update", tiling.usedCores, rg, [&] {
-    qwen_causal_conv1d_update(Ptr(x), Ptr(convStates), Ptr(weight), Ptr(bias), Ptr(cacheIndices), Ptr(out),
-                              Ptr(tilingDev));
-  });
-#endif
+  Launch(QWEN_KERNEL(qwen_causal_conv1d_update), op, tiling, x.device(), Arg("x", x, kRead),
+         Arg("conv_states", convStates, kWrite), Arg("weight", weight, kRead), Arg("bias", bias, kRead),
+         Arg("cache_indices", cacheIndices, kRead), Arg("out", out, kWrite));
   NoteTiling({{"tile_channels", tiling.tileChannels}, {"num_tiles", tiling.numTiles},
               {"units_per_core", tiling.unitsPerCore}, {"used_cores", tiling.usedCores},
               {"ub_planned", (int64_t)qwen_ascendc::CausalConv1dUpdateUb(tiling)}});

@@ -91,16 +91,9 @@ def chunked_sequence(q, k, v, g, beta, state):
     return o.transpose(1, 2).reshape(-1, o.shape[1], o.shape[3])[:length], state
 
 
-def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                           ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+def chunk_gated_delta_rule(**op_arguments):
     """Gated delta rule in chunked form (chunk size 64), float32; equals ``naive`` up to rounding.
 
-    Shapes as the public op: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta
-    [B, T, Hv]; states float32 [N, Hv, Dk, Dv] or a pool [S, Hv, Dk, Dv] with
-    ``ssm_state_indices`` (updated in place). Returns (o [B, T, Hv, Dv] in
-    v's dtype, final_state or None).
+    Arguments, shapes and result as ``run_per_sequence`` (in ``naive.py``).
     """
-    return run_per_sequence(chunked_sequence, q=q, k=k, v=v, g=g, beta=beta, scale=scale,
-                            initial_state=initial_state, output_final_state=output_final_state,
-                            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
-                            has_initial_state=has_initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    return run_per_sequence(chunked_sequence, **op_arguments)

@@ -44,7 +44,9 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
                      cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
     """Apply ``sequence_fn`` to each sequence with the right initial state; see the op's docstring.
 
-    Inputs are validated by the public op. Sequence r starts from:
+    Keyword arguments are the public op's, validated by it: q, k [B, T, Hk, Dk];
+    v [B, T, Hv, Dv]; g, beta [B, T, Hv]; states float32 [N, Hv, Dk, Dv], or a
+    pool [S, Hv, Dk, Dv] with ``ssm_state_indices``. Sequence r starts from:
     ``initial_state[ssm_state_indices[r]]`` in pool mode, else
     ``initial_state[r]``; zeros where ``has_initial_state[r]`` is False or
     there is no ``initial_state``. Pool index -1 is padding: the sequence is
@@ -103,16 +105,9 @@ def recurrent_sequence(q, k, v, g, beta, state):
     return o, state
 
 
-def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                                     ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+def fused_recurrent_gated_delta_rule(**op_arguments):
     """Gated delta rule token by token in float32: the golden reference.
 
-    Shapes as the public op: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta
-    [B, T, Hv]; states float32 [N, Hv, Dk, Dv] or a pool [S, Hv, Dk, Dv] with
-    ``ssm_state_indices`` (updated in place). Returns (o [B, T, Hv, Dv] in
-    v's dtype, final_state or None).
+    Arguments, shapes and result as ``run_per_sequence``.
     """
-    return run_per_sequence(recurrent_sequence, q=q, k=k, v=v, g=g, beta=beta, scale=scale,
-                            initial_state=initial_state, output_final_state=output_final_state,
-                            cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
-                            has_initial_state=has_initial_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    return run_per_sequence(recurrent_sequence, **op_arguments)

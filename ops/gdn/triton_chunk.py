@@ -50,7 +50,7 @@ import triton
 import triton.language as tl
 
 from .._triton import and_flag, configured
-from .triton_common import L2NORM_EPS, flatten, l2_normalize_rows, output_buffer, plan_states, tile
+from .triton_common import L2NORM_EPS, l2_normalize_rows, prepare_launch, tile
 
 CHUNK = 64  # tokens per chunk, as in the torch chunked reference
 SUB = 16  # diagonal block size of the inverse: the smallest tl.dot dimension
@@ -268,12 +268,10 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     """
     hk, dk = q.shape[2], q.shape[3]
     hv, dv = v.shape[2], v.shape[3]
-    rows = flatten(q, k, v, g, beta, cu_seqlens)
+    rows, plan, o = prepare_launch(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
+                                   ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                                   output_final_state=output_final_state)
     n = rows.n_seqs
-    plan = plan_states(initial_state=initial_state, ssm_state_indices=ssm_state_indices,
-                       has_initial_state=has_initial_state, output_final_state=output_final_state,
-                       n=n, hv=hv, dk=dk, dv=dv, device=q.device)
-    o = output_buffer(rows.v, plan.pool)
     if n == 0 or hv == 0:
         return o.view(v.shape), plan.final
     chunks, seq_chunks, n_chunks = _chunk_table(rows.cu)

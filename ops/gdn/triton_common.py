@@ -99,6 +99,20 @@ def output_buffer(v_rows: torch.Tensor, pool: bool) -> torch.Tensor:
     return alloc(v_rows.shape, dtype=v_rows.dtype, device=v_rows.device)
 
 
+def prepare_launch(q, k, v, g, beta, *, cu_seqlens, initial_state, ssm_state_indices, has_initial_state,
+                   output_final_state) -> tuple[Rows, StatePlan, torch.Tensor]:
+    """The host-side work both kernels do before launching, on the validated op arguments.
+
+    Returns (rows: the inputs as token-major ``Rows``, plan: the ``StatePlan``,
+    o: the output rows [T_total, Hv, Dv] in v's dtype from ``output_buffer``).
+    """
+    rows = flatten(q, k, v, g, beta, cu_seqlens)
+    plan = plan_states(initial_state=initial_state, ssm_state_indices=ssm_state_indices,
+                       has_initial_state=has_initial_state, output_final_state=output_final_state,
+                       n=rows.n_seqs, hv=v.shape[2], dk=q.shape[3], dv=v.shape[3], device=q.device)
+    return rows, plan, output_buffer(rows.v, plan.pool)
+
+
 def tile(dim: int) -> int:
     """Power-of-two tile covering ``dim``, at least 16 so that every ``tl.dot`` dimension is >= 16."""
     return max(16, triton.next_power_of_2(dim))

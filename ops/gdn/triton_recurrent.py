@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from .._triton import and_flag, configured
-from .triton_common import L2NORM_EPS, flatten, output_buffer, plan_states, tile
+from .triton_common import L2NORM_EPS, prepare_launch, tile
 
 
 def _fixed(**_shape) -> dict:
@@ -95,12 +95,10 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
     """
     hk, dk = q.shape[2], q.shape[3]
     hv, dv = v.shape[2], v.shape[3]
-    rows = flatten(q, k, v, g, beta, cu_seqlens)
+    rows, plan, o = prepare_launch(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
+                                   ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                                   output_final_state=output_final_state)
     n = rows.n_seqs
-    plan = plan_states(initial_state=initial_state, ssm_state_indices=ssm_state_indices,
-                       has_initial_state=has_initial_state, output_final_state=output_final_state,
-                       n=n, hv=hv, dk=dk, dv=dv, device=q.device)
-    o = output_buffer(rows.v, plan.pool)
     if n > 0 and hv > 0:
         _recurrent_kernel.launch(
             q.device, n * hv * triton.cdiv(dv, 16),

@@ -19,11 +19,8 @@ class CausalConv1dUpdateKernel {
   __aicore__ inline void Run(GM_ADDR x, GM_ADDR convStates, GM_ADDR weight, GM_ADDR bias, GM_ADDR cacheIndices,
                              GM_ADDR out, const CausalConv1dUpdateTiling& t) {
     t_ = t;
-    const uint32_t core = static_cast<uint32_t>(GetBlockIdx());
-    if (core >= t.usedCores) return;
-    const uint32_t numUnits = t.numTiles * t.batch;
-    const uint32_t u0 = core * t.unitsPerCore;
-    const uint32_t u1 = MinU(numUnits, u0 + t.unitsPerCore);
+    const CoreShare units = ShareOfThisCore(t.numTiles * t.batch, t.unitsPerCore, t.usedCores);
+    if (units.idle) return;
     const uint32_t P = t.tileChannels, K = t.width;
     esX_ = DtypeSize(t.xDtype);
     esS_ = DtypeSize(t.stateDtype);
@@ -51,7 +48,7 @@ class CausalConv1dUpdateKernel {
     idx_ = cacheIndices;
 
     uint32_t loadedTile = 0xffffffffu;
-    for (uint32_t u = u0; u < u1; ++u) {
+    for (uint32_t u = units.begin; u < units.end; ++u) {
       const uint32_t tile = u / t.batch;
       const uint32_t b = u % t.batch;
       if (tile != loadedTile) {
@@ -69,8 +66,7 @@ class CausalConv1dUpdateKernel {
     const uint32_t nc = MinU(P, C - c0);
     LocalTensor<uint8_t> raw = wRawBuf_.Get<uint8_t>();
     RowsIn(raw, gW_[static_cast<uint64_t>(c0) * K * esW_], 1, nc * K * esW_, 0, RoundUp(nc * K * esW_, 32));
-    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    Mte2ToV();
     LocalTensor<float> lin = wLinBuf_.Get<float>();
     ToFloat(lin, raw, t_.weightDtype, LocalTensor<half>(), nc * K);
     // Transpose [nc, K] -> [K, P] with scalar moves (K is small).
@@ -82,8 +78,7 @@ class CausalConv1dUpdateKernel {
     if (t_.hasBias) {
       LocalTensor<uint8_t> braw = wRawBuf_.Get<uint8_t>();  // reuse: the weights are already transposed
       RowsIn(braw, gB_[static_cast<uint64_t>(c0) * esB_], 1, nc * esB_, 0, RoundUp(nc * esB_, 32));
-      SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-      WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+      Mte2ToV();
       ToFloat(bf, braw, t_.biasDtype, LocalTensor<half>(), nc);
     }
     SToV();
@@ -154,12 +149,7 @@ class CausalConv1dUpdateKernel {
   }
 
   __aicore__ inline void WriteOut(uint64_t off, const LocalTensor<float>& acc, uint32_t nc) {
-    LocalTensor<uint8_t> o = outQ_.AllocTensor<uint8_t>();
-    FromFloat(o, acc, t_.xDtype, nc);
-    outQ_.EnQue(o);
-    o = outQ_.DeQue<uint8_t>();
-    RowsOut(gO_[off], o, 1, nc * esX_, 0, t_.tileChannels * esX_);
-    outQ_.FreeTensor(o);
+    StoreFromFloat(outQ_, gO_[off], acc, t_.xDtype, nc);
   }
 
   CausalConv1dUpdateTiling t_;

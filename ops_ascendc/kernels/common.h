@@ -31,7 +31,23 @@ __aicore__ inline uint32_t RoundUp(uint32_t x, uint32_t a) { return (x + a - 1) 
 __aicore__ inline uint32_t MinU(uint32_t a, uint32_t b) { return a < b ? a : b; }
 __aicore__ inline float MaxF(float a, float b) { return a > b ? a : b; }
 
-// Scalar reads after vector results, and vector use after scalar writes.
+// This core's share of the work: units [begin, end) of `numUnits`, `perCore`
+// per core in core order. Cores at or beyond the tiling's `usedCores` are idle
+// and return before they set up any buffer.
+struct CoreShare {
+  bool idle;
+  uint32_t begin;
+  uint32_t end;
+};
+__aicore__ inline CoreShare ShareOfThisCore(uint32_t numUnits, uint32_t perCore, uint32_t usedCores) {
+  const uint32_t core = static_cast<uint32_t>(GetBlockIdx());
+  if (core >= usedCores) return CoreShare{true, 0, 0};
+  const uint32_t begin = core * perCore;
+  return CoreShare{false, begin, MinU(numUnits, begin + perCore)};
+}
+
+// Scalar reads after vector results, vector use after scalar writes, and
+// vector reads of what a GM -> UB copy (MTE2) brought in.
 __aicore__ inline void VToS() {
   SetFlag<HardEvent::V_S>(EVENT_ID0);
   WaitFlag<HardEvent::V_S>(EVENT_ID0);
@@ -39,6 +55,10 @@ __aicore__ inline void VToS() {
 __aicore__ inline void SToV() {
   SetFlag<HardEvent::S_V>(EVENT_ID0);
   WaitFlag<HardEvent::S_V>(EVENT_ID0);
+}
+__aicore__ inline void Mte2ToV() {
+  SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+  WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
 }
 
 // Read one index of an int32 or int64 GM array.
@@ -127,6 +147,35 @@ __aicore__ inline void RowsOut(const GlobalTensor<uint8_t>& dst, const LocalTens
                                uint32_t rowBytes, uint32_t gmGap, uint32_t ubPitch) {
   DataCopyExtParams p(static_cast<uint16_t>(rows), rowBytes, (ubPitch - RoundUp(rowBytes, 32)) / 32, gmGap, 0);
   DataCopyPad(dst, src, p);
+}
+
+// One contiguous GM span of `count` float16/bfloat16/float32 elements (dtype)
+// into the float32 `dst`, staged as raw bytes in a buffer of `que` (a VECIN
+// TQue). Not for int8, whose conversion needs a half scratch buffer.
+template <typename InQue>
+__aicore__ inline void LoadAsFloat(InQue& que, const LocalTensor<float>& dst, const GlobalTensor<uint8_t>& src,
+                                   uint32_t dtype, uint32_t count) {
+  const uint32_t bytes = count * DtypeSize(dtype);
+  LocalTensor<uint8_t> raw = que.template AllocTensor<uint8_t>();
+  RowsIn(raw, src, 1, bytes, 0, RoundUp(bytes, 32));
+  que.EnQue(raw);
+  raw = que.template DeQue<uint8_t>();
+  ToFloat(dst, raw, dtype, LocalTensor<half>(), count);
+  que.FreeTensor(raw);
+}
+
+// The reverse: `count` floats of `src` converted to dtype (a float dtype) and
+// written to one contiguous GM span, staged in a buffer of `que` (a VECOUT TQue).
+template <typename OutQue>
+__aicore__ inline void StoreFromFloat(OutQue& que, const GlobalTensor<uint8_t>& dst, const LocalTensor<float>& src,
+                                      uint32_t dtype, uint32_t count) {
+  const uint32_t bytes = count * DtypeSize(dtype);
+  LocalTensor<uint8_t> raw = que.template AllocTensor<uint8_t>();
+  FromFloat(raw, src, dtype, count);
+  que.EnQue(raw);
+  raw = que.template DeQue<uint8_t>();
+  RowsOut(dst, raw, 1, bytes, 0, RoundUp(bytes, 32));
+  que.FreeTensor(raw);
 }
 
 }  // namespace qwen_ascendc

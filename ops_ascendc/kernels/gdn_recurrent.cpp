@@ -20,11 +20,8 @@ class GdnRecurrentKernel {
                              GM_ADDR cuSeqlens, GM_ADDR stateIndices, GM_ADDR hasInitial, GM_ADDR out,
                              GM_ADDR finalState, const GdnRecurrentTiling& t) {
     t_ = t;
-    const uint32_t core = static_cast<uint32_t>(GetBlockIdx());
-    if (core >= t.usedCores) return;
-    const uint32_t numUnits = t.numSeqs * t.numVHeads * t.numDvTiles;
-    const uint32_t u0 = core * t.unitsPerCore;
-    const uint32_t u1 = MinU(numUnits, u0 + t.unitsPerCore);
+    const CoreShare units = ShareOfThisCore(t.numSeqs * t.numVHeads * t.numDvTiles, t.unitsPerCore, t.usedCores);
+    if (units.idle) return;
     es_ = DtypeSize(t.qkvDtype);
     const uint32_t Dk = t.dk, P = t.pitchDv;
     const uint32_t vecLen = Dk > P ? Dk : P;
@@ -55,7 +52,7 @@ class GdnRecurrentKernel {
     idx_ = stateIndices;
     hasInit_ = hasInitial;
 
-    for (uint32_t u = u0; u < u1; ++u) {
+    for (uint32_t u = units.begin; u < units.end; ++u) {
       const uint32_t tileIdx = u % t.numDvTiles;
       const uint32_t h = (u / t.numDvTiles) % t.numVHeads;
       const uint32_t r = u / (t.numDvTiles * t.numVHeads);
@@ -102,8 +99,7 @@ class GdnRecurrentKernel {
       RowsIn(S.ReinterpretCast<uint8_t>(),
              gState_[static_cast<uint64_t>(poolRow) * Hv * Dk * Dv * 4 + headOff], Dk,
              static_cast<uint32_t>(rowBytes), gap, P * 4);
-      SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-      WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+      Mte2ToV();
     } else {
       Duplicate(S, 0.0f, static_cast<int32_t>(Dk * P));
     }
@@ -123,16 +119,6 @@ class GdnRecurrentKernel {
   __aicore__ inline void StoreState(const GlobalTensor<uint8_t>& dst, const LocalTensor<float>& S, uint32_t nc,
                                     uint32_t gap) {
     RowsOut(dst, S.ReinterpretCast<uint8_t>(), t_.dk, nc * 4, gap, t_.pitchDv * 4);
-  }
-
-  __aicore__ inline void LoadVec(TQue<TPosition::VECIN, 2>& que, const GlobalTensor<uint8_t>& src,
-                                 const LocalTensor<float>& dst, uint32_t n) {
-    LocalTensor<uint8_t> raw = que.AllocTensor<uint8_t>();
-    RowsIn(raw, src, 1, n * es_, 0, RoundUp(n * es_, 32));
-    que.EnQue(raw);
-    raw = que.DeQue<uint8_t>();
-    ToFloat(dst, raw, t_.qkvDtype, LocalTensor<half>(), n);
-    que.FreeTensor(raw);
   }
 
   __aicore__ inline void L2Normalize(const LocalTensor<float>& x) {
@@ -163,16 +149,9 @@ class GdnRecurrentKernel {
     LocalTensor<float> one = oneBuf_.Get<float>();
 
     const uint64_t qkOff = (tt * Hk + hk) * Dk * es_;
-    LoadVec(qkIn_, gQ_[qkOff], qf, Dk);
-    LoadVec(qkIn_, gK_[qkOff], kf, Dk);
-    {
-      LocalTensor<uint8_t> raw = vIn_.AllocTensor<uint8_t>();
-      RowsIn(raw, gV_[((tt * Hv + h) * t_.dv + j0) * es_], 1, nc * es_, 0, RoundUp(nc * es_, 32));
-      vIn_.EnQue(raw);
-      raw = vIn_.DeQue<uint8_t>();
-      ToFloat(vf, raw, t_.qkvDtype, LocalTensor<half>(), nc);
-      vIn_.FreeTensor(raw);
-    }
+    LoadAsFloat(qkIn_, qf, gQ_[qkOff], t_.qkvDtype, Dk);
+    LoadAsFloat(qkIn_, kf, gK_[qkOff], t_.qkvDtype, Dk);
+    LoadAsFloat(vIn_, vf, gV_[((tt * Hv + h) * t_.dv + j0) * es_], t_.qkvDtype, nc);
     if (t_.useL2Norm) {
       L2Normalize(qf);
       L2Normalize(kf);
@@ -213,12 +192,7 @@ class GdnRecurrentKernel {
   }
 
   __aicore__ inline void WriteOut(uint64_t tt, uint32_t h, uint32_t j0, uint32_t nc, const LocalTensor<float>& o) {
-    LocalTensor<uint8_t> raw = oOut_.AllocTensor<uint8_t>();
-    FromFloat(raw, o, t_.qkvDtype, nc);
-    oOut_.EnQue(raw);
-    raw = oOut_.DeQue<uint8_t>();
-    RowsOut(gO_[((tt * t_.numVHeads + h) * t_.dv + j0) * es_], raw, 1, nc * es_, 0, RoundUp(nc * es_, 32));
-    oOut_.FreeTensor(raw);
+    StoreFromFloat(oOut_, gO_[((tt * t_.numVHeads + h) * t_.dv + j0) * es_], o, t_.qkvDtype, nc);
   }
 
   GdnRecurrentTiling t_;

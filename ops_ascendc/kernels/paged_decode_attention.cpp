@@ -23,11 +23,8 @@ class PagedDecodeAttentionKernel {
                              GM_ADDR seqLens, GM_ADDR kScale, GM_ADDR vScale, GM_ADDR out,
                              const PagedAttentionTiling& t) {
     t_ = t;
-    const uint32_t core = static_cast<uint32_t>(GetBlockIdx());
-    if (core >= t.usedCores) return;
-    const uint32_t numUnits = t.numReqs * t.numKvHeads;
-    const uint32_t u0 = core * t.unitsPerCore;
-    const uint32_t u1 = MinU(numUnits, u0 + t.unitsPerCore);
+    const CoreShare units = ShareOfThisCore(t.numReqs * t.numKvHeads, t.unitsPerCore, t.usedCores);
+    if (units.idle) return;
     D_ = t.headDim;
     G_ = t.groupSize;
     esQ_ = DtypeSize(t.qDtype);
@@ -68,7 +65,7 @@ class PagedDecodeAttentionKernel {
                                  static_cast<uint64_t>(t.numReqs) * t.maxBlocksPerReq);
     seqLens_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(seqLens), t.numReqs);
 
-    for (uint32_t u = u0; u < u1; ++u) Unit(u / t.numKvHeads, u % t.numKvHeads);
+    for (uint32_t u = units.begin; u < units.end; ++u) Unit(u / t.numKvHeads, u % t.numKvHeads);
   }
 
  private:
@@ -80,19 +77,13 @@ class PagedDecodeAttentionKernel {
     LocalTensor<float> acc = accBuf_.Get<float>();
     Duplicate(acc, 0.0f, static_cast<int32_t>(GD));
     if (len > 0) {
-      LocalTensor<uint8_t> qRaw = qIn_.AllocTensor<uint8_t>();
-      RowsIn(qRaw, gQ_[qOff * esQ_], 1, GD * esQ_, 0, RoundUp(GD * esQ_, 32));
-      qIn_.EnQue(qRaw);
-      qRaw = qIn_.DeQue<uint8_t>();
-      ToFloat(qf, qRaw, t_.qDtype, LocalTensor<half>(), GD);
-      qIn_.FreeTensor(qRaw);
+      LoadAsFloat(qIn_, qf, gQ_[qOff * esQ_], t_.qDtype, GD);
       Muls(qf, qf, t_.scale, static_cast<int32_t>(GD));
       if (quant_) {
         LocalTensor<uint8_t> sc = scaleBuf_.Get<uint8_t>();
         RowsIn(sc, gKS_[static_cast<uint64_t>(h) * D_ * 4], 1, D_ * 4, 0, D_ * 4);
         RowsIn(sc[D_ * 4], gVS_[static_cast<uint64_t>(h) * D_ * 4], 1, D_ * 4, 0, D_ * 4);
-        SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+        Mte2ToV();
         LocalTensor<float> ks = sc.ReinterpretCast<float>();
         for (uint32_t g = 0; g < G_; ++g) Mul(qf[g * D_], qf[g * D_], ks, static_cast<int32_t>(D_));
       }
@@ -129,12 +120,7 @@ class PagedDecodeAttentionKernel {
         for (uint32_t g = 0; g < G_; ++g) Mul(acc[g * D_], acc[g * D_], vs, static_cast<int32_t>(D_));
       }
     }
-    LocalTensor<uint8_t> o = oOut_.AllocTensor<uint8_t>();
-    FromFloat(o, acc, t_.qDtype, GD);
-    oOut_.EnQue(o);
-    o = oOut_.DeQue<uint8_t>();
-    RowsOut(gO_[qOff * esQ_], o, 1, GD * esQ_, 0, RoundUp(GD * esQ_, 32));
-    oOut_.FreeTensor(o);
+    StoreFromFloat(oOut_, gO_[qOff * esQ_], acc, t_.qDtype, GD);
   }
 
   // Tokens in the tile starting at `pos`: up to tileTokens, never past the block or the sequence.

@@ -16,10 +16,8 @@ class ReshapeAndCacheKernel {
  public:
   __aicore__ inline void Run(GM_ADDR key, GM_ADDR value, GM_ADDR keyCache, GM_ADDR valueCache, GM_ADDR slotMapping,
                              GM_ADDR kScale, GM_ADDR vScale, const ReshapeAndCacheTiling& t) {
-    const uint32_t core = static_cast<uint32_t>(GetBlockIdx());
-    if (core >= t.usedCores) return;
-    const uint32_t tok0 = core * t.tokensPerCore;
-    const uint32_t tok1 = MinU(t.numTokens, tok0 + t.tokensPerCore);
+    const CoreShare tokens = ShareOfThisCore(t.numTokens, t.tokensPerCore, t.usedCores);
+    if (tokens.idle) return;
     const bool quant = t.cacheDtype == DT_INT8;
     const uint32_t esIn = DtypeSize(t.kvDtype);
     const uint32_t esC = DtypeSize(t.cacheDtype);
@@ -47,11 +45,9 @@ class ReshapeAndCacheKernel {
           RowsIn(part, scales[s][static_cast<uint64_t>(h0) * D * 4], nh, D * 4, 0, P * 4);
           scale[s] = part.ReinterpretCast<float>();
         }
-        // MTE2 -> V: the scales are read by vector instructions below.
-        SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
-        WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+        Mte2ToV();  // the scales are read by vector instructions below
       }
-      for (uint32_t tok = tok0; tok < tok1; ++tok) {
+      for (uint32_t tok = tokens.begin; tok < tokens.end; ++tok) {
         const int64_t slot = ReadIndex(slotMapping, t.slotDtype, tok);
         if (slot < 0) continue;
         const uint64_t blk = static_cast<uint64_t>(slot) / Bs;
