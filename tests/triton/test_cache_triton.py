@@ -1,0 +1,136 @@
+"""Triton ``reshape_and_cache`` against the torch reference.
+
+On a CPU-only machine the kernel runs under Triton's interpreter
+(``TRITON_INTERPRET=1``, set by ``tests/conftest.py``); on a machine with a GPU
+the same tests run the compiled kernel on CUDA tensors. The cache write is a
+copy (float caches) or a deterministic quantization (int8 caches), so the
+kernel must match the reference bit for bit: ``torch.equal``, no tolerance.
+The kernel has no ``tl.dot``, so bfloat16 is tested under the interpreter too.
+Shapes are small because the interpreter executes each tile op in numpy.
+"""
+import os
+
+import pytest
+import torch
+
+from qwen_ops import ops
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
+
+
+def _caches(gen, num_blocks, hkv, block_size, head_dim, dtype):
+    """Two caches pre-filled with random values, so that unwritten slots are checked to stay intact."""
+    shape = (num_blocks, hkv, block_size, head_dim)
+    if dtype == torch.int8:
+        return [torch.randint(-128, 128, shape, generator=gen, dtype=torch.int8) for _ in range(2)]
+    return [torch.randn(shape, generator=gen).to(dtype) for _ in range(2)]
+
+
+def _scales(gen, hkv, head_dim):
+    """Random per-channel scales (not powers of two, so the division is inexact)."""
+    return [(torch.rand(hkv, head_dim, generator=gen) * 0.05 + 0.005) for _ in range(2)]
+
+
+def _run_both(key, value, key_cache, value_cache, slots, k_scale=None, v_scale=None):
+    """Run the reference and the kernel on copies of the caches; return both pairs (on the CPU)."""
+    results = []
+    for backend in ("torch", "triton"):
+        kc, vc = key_cache.clone().to(DEVICE), value_cache.clone().to(DEVICE)
+        ops.reshape_and_cache(key.to(DEVICE), value.to(DEVICE), kc, vc, slots.to(DEVICE),
+                              None if k_scale is None else k_scale.to(DEVICE),
+                              None if v_scale is None else v_scale.to(DEVICE), backend=backend)
+        results.append((kc.cpu(), vc.cpu()))
+    return results
+
+
+def _assert_same(results, key_cache, value_cache, slots, block_size):
+    (ref_k, ref_v), (tri_k, tri_v) = results
+    assert torch.equal(tri_k, ref_k)
+    assert torch.equal(tri_v, ref_v)
+    # The premise of the comparison: the step really wrote something, and
+    # only the mapped slots changed.
+    written = torch.zeros(key_cache.shape[0] * block_size, dtype=torch.bool)
+    written[slots[slots >= 0].long()] = True
+    untouched = ~written.reshape(key_cache.shape[0], block_size)
+    for cache, before in ((tri_k, key_cache), (tri_v, value_cache)):
+        rows = cache.transpose(1, 2)  # [NB, Bs, Hkv, D]
+        assert torch.equal(rows[untouched], before.transpose(1, 2)[untouched])
+        assert not torch.equal(cache, before) or not written.any()
+
+
+# (dtype of key/value, cache dtype, T, Hkv, D, Bs, NB): why each shape.
+CASES = [
+    # float16 copy with padding; Bs = 16 and a token count that is not a multiple of anything.
+    pytest.param(torch.float16, torch.float16, 9, 2, 64, 16, 4, id="fp16-bs16"),
+    # float32, the largest block size (Bs = 128) and D = 256, few tokens to stay fast.
+    pytest.param(torch.float32, torch.float32, 5, 1, 256, 128, 2, id="fp32-bs128-d256"),
+    # int8 from float16 with 3 KV heads (not a power of two: masked head rows), Bs = 64.
+    pytest.param(torch.float16, torch.int8, 8, 3, 64, 64, 2, id="int8-from-fp16-bs64"),
+    # int8 from float32, D = 128.
+    pytest.param(torch.float32, torch.int8, 6, 2, 128, 16, 3, id="int8-from-fp32-d128"),
+    # bfloat16: this kernel has no tl.dot, so bf16 is exact under the interpreter too.
+    pytest.param(torch.bfloat16, torch.bfloat16, 6, 2, 64, 16, 2, id="bf16"),
+    pytest.param(torch.bfloat16, torch.int8, 6, 2, 64, 16, 2, id="int8-from-bf16"),
+]
+
+
+@pytest.mark.parametrize("dtype, cache_dtype, t, hkv, d, bs, nb", CASES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_matches_reference(gen, dtype, cache_dtype, t, hkv, d, bs, nb, index_dtype):
+    key = torch.randn(t, hkv, d, generator=gen).to(dtype) * 2
+    value = torch.randn(t, hkv, d, generator=gen).to(dtype) * 2
+    slots = torch.randperm(nb * bs, generator=gen)[:t].to(index_dtype)
+    slots[1] = -1  # padding
+    key_cache, value_cache = _caches(gen, nb, hkv, bs, d, cache_dtype)
+    scales = _scales(gen, hkv, d) if cache_dtype == torch.int8 else (None, None)
+    results = _run_both(key, value, key_cache, value_cache, slots, *scales)
+    _assert_same(results, key_cache, value_cache, slots, bs)
+
+
+def test_strided_key_value(gen):
+    """key/value as views of one fused QKV projection output (row stride != Hkv * D), as engines pass them."""
+    t, hkv, d, bs, nb = 7, 2, 64, 16, 2
+    qkv = torch.randn(t, 4 + 2 * hkv, d, generator=gen).to(torch.float16)
+    key, value = qkv[:, 4:4 + hkv], qkv[:, 4 + hkv:]
+    assert not key.is_contiguous()
+    slots = torch.randperm(nb * bs, generator=gen)[:t].to(torch.int32)
+    key_cache, value_cache = _caches(gen, nb, hkv, bs, d, torch.float16)
+    _assert_same(_run_both(key, value, key_cache, value_cache, slots), key_cache, value_cache, slots, bs)
+
+
+def test_all_padding_writes_nothing(gen):
+    t, hkv, d, bs, nb = 4, 1, 64, 16, 1
+    key = torch.randn(t, hkv, d, generator=gen)
+    value = torch.randn(t, hkv, d, generator=gen)
+    slots = torch.full((t,), -1, dtype=torch.int32)
+    key_cache, value_cache = _caches(gen, nb, hkv, bs, d, torch.float32)
+    (_, _), (tri_k, tri_v) = _run_both(key, value, key_cache, value_cache, slots)
+    assert torch.equal(tri_k, key_cache) and torch.equal(tri_v, value_cache)
+
+
+def test_int8_rounds_half_to_even_and_clamps():
+    """Exact ties and out-of-range values, with scale 1 so that x / scale is exact.
+
+    Covers the kernel's own round-half-to-even (floor plus tie detection):
+    every half-integer from -140 to 140, its float32 neighbours one ulp away
+    and values far outside [-128, 127].
+    """
+    halves = torch.arange(-280, 281, dtype=torch.float32) / 2
+    near = torch.cat([torch.nextafter(halves, torch.tensor(-1e9)), torch.nextafter(halves, torch.tensor(1e9))])
+    extremes = torch.tensor([-1e6, -300.0, -128.5, -128.49, 127.49, 127.5, 128.0, 1e6])
+    x = torch.cat([halves, near, extremes])
+    d = 64
+    x = torch.cat([x, x[: (-x.numel()) % d]]) if x.numel() % d else x
+    t = x.numel() // d
+    key = x.reshape(t, 1, d)
+    value = -key
+    ones = torch.ones(1, d)
+    slots = torch.arange(t, dtype=torch.int32)
+    key_cache = torch.zeros(1, 1, t, d, dtype=torch.int8)
+    value_cache = torch.zeros_like(key_cache)
+    (ref_k, ref_v), (tri_k, tri_v) = _run_both(key, value, key_cache, value_cache, slots, ones, ones)
+    assert torch.equal(tri_k, ref_k) and torch.equal(tri_v, ref_v)
+    # Independent of the reference: Python's round() is half-to-even too.
+    expected = torch.tensor([max(-128, min(127, round(v))) for v in key.reshape(-1).tolist()], dtype=torch.int8)
+    assert torch.equal(tri_k[0, 0].reshape(-1), expected)
+    assert tri_k[0, 0].reshape(-1)[:6].tolist() == [-128] * 6  # -140 ... -137.5 clamp
