@@ -172,6 +172,27 @@ def resolve(op: str, backend: str | None, device: torch.device) -> Callable:
     raise BackendError(f"{op}: no backend can serve {device.type} tensors")  # pragma: no cover
 
 
+# Small index and parameter tensors that kernels read as dense arrays. They are
+# made contiguous before any backend sees them: a strided slice would
+# otherwise be read with the wrong stride (wrong answers, or writes to the
+# wrong pool row). Tensors an op writes are never copied: they must already be
+# contiguous, which the checks enforce.
+METADATA_ARGUMENTS = frozenset({
+    "block_tables", "seq_lens", "context_lens", "cu_seqlens_q", "query_start_loc", "slot_mapping",
+    "cu_seqlens", "ssm_state_indices", "has_initial_state", "cache_indices",
+    "k_scale", "v_scale", "A_log", "dt_bias", "weight", "bias",
+})
+
+
+def dispatch(op: str, backend: str | None, device: torch.device, **arguments):
+    """Run ``op`` on the backend that serves ``device`` with validated ``arguments``."""
+    impl = resolve(op, backend, device)
+    for name in METADATA_ARGUMENTS.intersection(arguments):
+        if arguments[name] is not None:
+            arguments[name] = arguments[name].contiguous()
+    return impl(**arguments)
+
+
 @functools.lru_cache(maxsize=None)
 def _load(target: str) -> Callable:
     module_name, function_name = target.split(":")

@@ -7,6 +7,8 @@ engine calling the ops can be traced by ``torch.compile(fullgraph=True)``.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 NAMESPACE = "qwen_ops"
@@ -17,6 +19,10 @@ def custom_op(name: str, mutates_args=()):
     return torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=mutates_args)
 
 
-def resolved_scale(scale: float | None, head_dim: int) -> float:
-    """Softmax / GDN scale: ``head_dim ** -0.5`` unless given."""
-    return float(head_dim) ** -0.5 if scale is None else float(scale)
+def resolved_scale(op: str, scale: float | None, head_dim: int) -> float:
+    """Softmax / GDN scale: ``head_dim ** -0.5`` unless given; a given one must be finite and > 0."""
+    if scale is None:
+        return float(head_dim) ** -0.5
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"{op}: argument 'scale' must be a finite number > 0, got {scale!r}")
+    return float(scale)

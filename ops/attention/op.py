@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from .. import _validate as check
-from .._backend import resolve
+from .._backend import dispatch
 from .._library import custom_op, resolved_scale
 
 I32 = (torch.int32,)
@@ -66,10 +66,9 @@ def _decode_op(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
                k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
                backend: Optional[str]) -> torch.Tensor:
     _check_decode(query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale, values=True)
-    impl = resolve(DECODE, backend, query.device)
-    return impl(query=query, key_cache=key_cache, value_cache=value_cache, block_tables=block_tables,
-                seq_lens=seq_lens, scale=resolved_scale(scale, query.shape[-1]),
-                k_scale=k_scale, v_scale=v_scale)
+    return dispatch(DECODE, backend, query.device, query=query, key_cache=key_cache, value_cache=value_cache,
+                    block_tables=block_tables, seq_lens=seq_lens,
+                    scale=resolved_scale(DECODE, scale, query.shape[-1]), k_scale=k_scale, v_scale=v_scale)
 
 
 @_decode_op.register_fake
@@ -144,10 +143,10 @@ def _prefill_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_
                 causal: bool, backend: Optional[str]) -> torch.Tensor:
     _check_prefill(query, key, value, cu_seqlens_q, key_cache, value_cache, block_tables, context_lens,
                    k_scale, v_scale, values=True)
-    impl = resolve(PREFILL, backend, query.device)
-    return impl(query=query, key=key, value=value, cu_seqlens_q=cu_seqlens_q, key_cache=key_cache,
-                value_cache=value_cache, block_tables=block_tables, context_lens=context_lens,
-                scale=resolved_scale(scale, query.shape[-1]), k_scale=k_scale, v_scale=v_scale, causal=causal)
+    return dispatch(PREFILL, backend, query.device, query=query, key=key, value=value, cu_seqlens_q=cu_seqlens_q,
+                    key_cache=key_cache, value_cache=value_cache, block_tables=block_tables,
+                    context_lens=context_lens, scale=resolved_scale(PREFILL, scale, query.shape[-1]),
+                    k_scale=k_scale, v_scale=v_scale, causal=causal)
 
 
 @_prefill_op.register_fake
@@ -225,11 +224,10 @@ def _mixed_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_c
               v_scale: Optional[torch.Tensor], backend: Optional[str]) -> torch.Tensor:
     _check_mixed(query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
                  num_decodes, k_scale, v_scale, values=True)
-    impl = resolve(MIXED, backend, query.device)
-    return impl(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-                block_tables=block_tables, query_start_loc=query_start_loc, seq_lens=seq_lens,
-                num_decodes=num_decodes, scale=resolved_scale(scale, query.shape[-1]),
-                k_scale=k_scale, v_scale=v_scale)
+    return dispatch(MIXED, backend, query.device, query=query, key=key, value=value, key_cache=key_cache,
+                    value_cache=value_cache, block_tables=block_tables, query_start_loc=query_start_loc,
+                    seq_lens=seq_lens, num_decodes=num_decodes,
+                    scale=resolved_scale(MIXED, scale, query.shape[-1]), k_scale=k_scale, v_scale=v_scale)
 
 
 @_mixed_op.register_fake

@@ -1,3 +1,2 @@
 """Paged KV cache: writing new tokens into it, with optional INT8 quantization."""
-from .op import kv_scales_from_absmax, reshape_and_cache  # noqa: F401
-from .reference import dequantize_int8, quantize_int8  # noqa: F401
+from .op import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache  # noqa: F401

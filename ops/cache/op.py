@@ -6,8 +6,9 @@ from typing import Optional
 import torch
 
 from .. import _validate as check
-from .._backend import resolve
+from .._backend import dispatch
 from .._library import custom_op
+from . import reference
 
 OP = "reshape_and_cache"
 
@@ -37,9 +38,8 @@ def _op(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_c
         slot_mapping: torch.Tensor, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
         backend: Optional[str]) -> None:
     _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=True)
-    impl = resolve(OP, backend, key.device)
-    impl(key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-         slot_mapping=slot_mapping, k_scale=k_scale, v_scale=v_scale)
+    dispatch(OP, backend, key.device, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
+             slot_mapping=slot_mapping, k_scale=k_scale, v_scale=v_scale)
 
 
 @_op.register_fake
@@ -88,3 +88,41 @@ def kv_scales_from_absmax(x: torch.Tensor) -> torch.Tensor:
         raise ValueError("kv_scales_from_absmax: argument 'x' must be finite (it holds inf or nan)")
     amax = x.detach().abs().to(torch.float32).reshape(-1, *x.shape[-2:]).amax(dim=0)
     return (amax / 127.0).clamp_min(1e-8)
+
+
+def _check_scale_for(op: str, x: torch.Tensor, scale) -> None:
+    if x.dim() < 2:
+        raise ValueError(f"{op}: argument '{'x' if op == 'quantize_int8' else 'q'}' must be [..., Hkv, D], "
+                         f"got shape {tuple(x.shape)}")
+    hkv, d = x.shape[-2:]
+    check.tensor(op, "scale", scale, dtypes=(torch.float32,), shape=(hkv, d), layout=f"[Hkv, D] = [{hkv}, {d}]")
+    check.same_device(op, x=x, scale=scale)
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError(f"{op}: argument 'scale' must be finite and > 0 everywhere")
+
+
+def quantize_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Symmetric per-channel INT8, exactly as ``reshape_and_cache`` stores it.
+
+    Args:
+        x: [..., Hkv, D] float16/bfloat16/float32.
+        scale: float32 [Hkv, D], finite and > 0.
+    Returns:
+        int8 [..., Hkv, D]: ``clamp(round_half_to_even(x / scale), -128, 127)``.
+    """
+    check.tensor("quantize_int8", "x", x, dtypes=check.FLOAT_DTYPES)
+    _check_scale_for("quantize_int8", x, scale)
+    return reference.quantize_int8(x, scale)
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``quantize_int8``: ``q * scale`` in float32.
+
+    Args:
+        q: int8 [..., Hkv, D]. scale: float32 [Hkv, D], finite and > 0.
+    Returns:
+        float32 [..., Hkv, D].
+    """
+    check.tensor("dequantize_int8", "q", q, dtypes=(torch.int8,))
+    _check_scale_for("dequantize_int8", q, scale)
+    return reference.dequantize_int8(q, scale)

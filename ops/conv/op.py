@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from .. import _validate as check
-from .._backend import resolve
+from .._backend import dispatch
 from .._library import custom_op
 
 ACTIVATIONS = ("silu", None)
@@ -57,9 +57,9 @@ def _fn_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
            activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
     _check_fn(x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state, activation,
               values=True)
-    impl = resolve(FN, backend, x.device)
-    return impl(x=x, weight=weight, bias=bias, conv_states=conv_states, query_start_loc=query_start_loc,
-                cache_indices=cache_indices, has_initial_state=has_initial_state, activation=activation)
+    return dispatch(FN, backend, x.device, x=x, weight=weight, bias=bias, conv_states=conv_states,
+                    query_start_loc=query_start_loc, cache_indices=cache_indices,
+                    has_initial_state=has_initial_state, activation=activation)
 
 
 @_fn_op.register_fake
@@ -110,9 +110,8 @@ def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, va
 def _update_op(x: torch.Tensor, conv_states: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                cache_indices: torch.Tensor, activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
     _check_update(x, conv_states, weight, bias, cache_indices, activation, values=True)
-    impl = resolve(UPDATE, backend, x.device)
-    return impl(x=x, conv_states=conv_states, weight=weight, bias=bias, cache_indices=cache_indices,
-                activation=activation)
+    return dispatch(UPDATE, backend, x.device, x=x, conv_states=conv_states, weight=weight, bias=bias,
+                    cache_indices=cache_indices, activation=activation)
 
 
 @_update_op.register_fake

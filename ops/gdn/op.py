@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from .. import _validate as check
-from .._backend import resolve
+from .._backend import dispatch
 from .._library import custom_op, resolved_scale
 
 F32 = (torch.float32,)
@@ -74,11 +74,11 @@ def _register_delta_rule(name: str):
             backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
         _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
                           ssm_state_indices, has_initial_state, values=True)
-        impl = resolve(name, backend, q.device)
-        o, final = impl(q=q, k=k, v=v, g=g, beta=beta, scale=resolved_scale(scale, q.shape[-1]),
-                        initial_state=initial_state, output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                        ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
-                        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+        o, final = dispatch(name, backend, q.device, q=q, k=k, v=v, g=g, beta=beta,
+                            scale=resolved_scale(name, scale, q.shape[-1]), initial_state=initial_state,
+                            output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                            ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
         # custom ops cannot return None: an empty tensor stands for "no final state".
         return o, (final if final is not None else q.new_empty(0, dtype=torch.float32))
 
@@ -171,8 +171,7 @@ def _check_gating(A_log, a, b, dt_bias):
 def _gating_op(A_log: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dt_bias: torch.Tensor,
                backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
     _check_gating(A_log, a, b, dt_bias)
-    impl = resolve(GATING, backend, a.device)
-    return impl(A_log=A_log, a=a, b=b, dt_bias=dt_bias)
+    return dispatch(GATING, backend, a.device, A_log=A_log, a=a, b=b, dt_bias=dt_bias)
 
 
 @_gating_op.register_fake

@@ -562,3 +562,28 @@ def test_backend_that_cannot_serve(gen, monkeypatch, name, backend, environment,
         fn(**call)
     assert modified(call, before) == []
 
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan"), 0.0, -1.0])
+def test_scale_must_be_finite_and_positive(scale):
+    kc = torch.randn(2, 1, 16, 64)
+    q = torch.randn(1, 2, 64)
+    args = (q, kc, kc.clone(), torch.tensor([[0]], dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(ValueError, match="paged_decode_attention: argument 'scale'"):
+        ops.paged_decode_attention(*args, scale=scale)
+    x = torch.randn(1, 3, 2, 16)
+    with pytest.raises(ValueError, match="chunk_gated_delta_rule: argument 'scale'"):
+        ops.chunk_gated_delta_rule(x, x, x, -torch.rand(1, 3, 2), torch.rand(1, 3, 2), scale=scale)
+
+
+def test_quantize_helpers_check_their_scale():
+    x = torch.randn(4, 2, 8)
+    with pytest.raises(ValueError, match="quantize_int8: argument 'scale' must be finite and > 0"):
+        ops.quantize_int8(x, torch.zeros(2, 8))
+    with pytest.raises(ValueError, match=r"quantize_int8: argument 'scale' must have shape|must be 2-D"):
+        ops.quantize_int8(x, torch.ones(8))
+    with pytest.raises(TypeError, match="dequantize_int8: argument 'q'"):
+        ops.dequantize_int8(x, torch.ones(2, 8))
+    scale = torch.rand(2, 8) + 0.01
+    assert torch.equal(ops.dequantize_int8(ops.quantize_int8(x, scale), scale),
+                       ops.quantize_int8(x, scale).float() * scale)
