@@ -59,7 +59,9 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=
             row ``slot % Bs``. -1 marks padding (not written). Slots are unique.
         k_scale, v_scale: float32 [Hkv, D], finite and > 0, required for int8 caches and
             forbidden otherwise. INT8 stores
-            ``clamp(round_half_to_even(x / scale), -128, 127)``.
+            ``clamp(round_half_to_even(x / scale), -128, 127)``; non-finite
+            quotients are defined: NaN is stored as 0, +inf as 127, -inf as
+            -128. Float caches copy NaN and +-inf unchanged.
         backend: "torch", "triton", "ascendc" or None (see ``qwen_ops.ops``).
 
     Nothing is written when validation fails.
@@ -108,7 +110,8 @@ def quantize_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         x: [..., Hkv, D] float16/bfloat16/float32.
         scale: float32 [Hkv, D], finite and > 0.
     Returns:
-        int8 [..., Hkv, D]: ``clamp(round_half_to_even(x / scale), -128, 127)``.
+        int8 [..., Hkv, D]: ``clamp(round_half_to_even(x / scale), -128, 127)``
+        (NaN -> 0, +inf -> 127, -inf -> -128).
     """
     check.tensor("quantize_int8", "x", x, dtypes=check.FLOAT_DTYPES)
     _check_scale_for("quantize_int8", x, scale)

@@ -6,7 +6,8 @@ slot of a token is ``block * Bs + row`` and the token's head h lands at
 and nothing outside the given slots changes. Float caches store the token as
 is (same dtype); INT8 caches store it symmetric per channel,
 ``clamp(round_half_to_even(x / scale), -128, 127)`` with float32 [Hkv, D]
-scales, and read back as ``q * scale``.
+scales, and read back as ``q * scale``. Non-finite quotients are defined
+too: NaN is stored as 0, +inf as 127 and -inf as -128 (the clamp).
 """
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ def quantize_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Symmetric per-channel INT8: ``clamp(round_half_to_even(x / scale), -128, 127)``.
 
     ``x``: [..., Hkv, D] float; ``scale``: float32 [Hkv, D] > 0. Division in
-    float32; ``torch.round`` rounds half to even.
+    float32; ``torch.round`` rounds half to even. A NaN quotient is stored as
+    0 (made explicit: casting NaN to int8 is undefined behaviour in C++ and
+    differs between backends); +-inf and huge finite values clamp to 127/-128.
     """
-    return torch.clamp(torch.round(x.to(torch.float32) / scale), -128, 127).to(torch.int8)
+    quotient = torch.nan_to_num(x.to(torch.float32) / scale, nan=0.0, posinf=127.0, neginf=-128.0)
+    return torch.clamp(torch.round(quotient), -128, 127).to(torch.int8)
 
 
 def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

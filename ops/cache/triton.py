@@ -6,8 +6,8 @@ token's slot, and when it is not padding (-1) copies the [BLOCK_H, D] rows of
 to INT8 on the way for int8 caches. Slots are unique (checked by the op), so
 no two items write the same cache row and the items need no ordering.
 
-INT8 stores ``clamp(round_half_to_even(x / scale), -128, 127)`` exactly as the
-torch reference: the division is the IEEE one (``div_rn`` where Triton would
+INT8 stores ``clamp(round_half_to_even(x / scale), -128, 127)`` (a NaN
+quotient as 0, +-inf clamped) exactly as the torch reference: the division is the IEEE one (``div_rn`` where Triton would
 otherwise lower ``/`` to an approximate division) and the rounding is done by
 ``round_half_to_even`` below, since the Triton 3.2 API has no such builtin.
 
@@ -67,12 +67,15 @@ def round_half_to_even(y):
 
 @triton.jit
 def quantize_int8(x, scale):
-    """``clamp(round_half_to_even(x / scale), -128, 127)`` as int8; x, scale same shape.
+    """``clamp(round_half_to_even(x / scale), -128, 127)`` as int8, NaN -> 0; x, scale same shape.
 
     Clamping before rounding gives the same result (the bounds are integers)
     and keeps the rounding in its exact range.
     """
     y = exact_div(x.to(tl.float32), scale)
+    # NaN is stored as 0 (contract); tl.maximum/minimum leave NaN handling
+    # unspecified by default, so it is replaced before the clamp. +-inf clamp.
+    y = tl.where(y != y, 0.0, y)
     y = tl.minimum(tl.maximum(y, -128.0), 127.0)
     return round_half_to_even(y).to(tl.int8)
 

@@ -2,7 +2,8 @@
 
 Semantics (see ``ops/gdn/op.py``): for a [T, Hv] pair of projections,
 ``g = -exp(A_log) * softplus(a + dt_bias)`` in float32 (softplus as torch's:
-``x`` above 20, else ``log1p(exp(x))``) and ``beta = sigmoid(b)`` in b's dtype.
+``x`` above 20, else ``log1p(exp(x))``; NaN stays NaN, +-inf give
++-inf and 0) and ``beta = sigmoid(b)`` in b's dtype.
 
 Work item: a block of ``BLOCK_T`` tokens times all Hv heads (``BLOCK_H`` is Hv
 rounded up to a power of two), so ``A_log`` and ``dt_bias`` are loaded once
@@ -56,7 +57,10 @@ def _gdn_gating_kernel(
         u = 1.0 + e
         exact = u == 1.0
         log1p_e = tl.where(exact, e, tl.log(u) * (e / tl.where(exact, 1.0, u - 1.0)))
-        softplus = tl.where(x > THRESHOLD, x, log1p_e)
+        # NaN must come out as NaN, as in torch: ``x > THRESHOLD`` is False for
+        # NaN, and ``tl.minimum`` above may drop a NaN operand (its default
+        # ``propagate_nan`` is NONE: unspecified), so NaN takes the ``x`` branch.
+        softplus = tl.where((x > THRESHOLD) | (x != x), x, log1p_e)
         g = decay_rate[None, :] * softplus
         beta = 1.0 / (1.0 + tl.exp(-b_tile.to(tl.float32)))
         out = tokens[:, None] * HV + heads[None, :]

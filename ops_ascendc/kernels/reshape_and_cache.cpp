@@ -1,6 +1,7 @@
 // reshape_and_cache: write each token's keys and values into the paged BNSD
 // cache [NB, Hkv, Bs, D] at its slot, quantizing to int8 per channel
-// (clamp(rint(x / scale), -128, 127)) for int8 caches. Slot -1 is padding.
+// (clamp(rint(x / scale), -128, 127), a NaN quotient stored as 0) for int8
+// caches. Slot -1 is padding.
 //
 // Work split: each core takes a contiguous range of tokens; heads move in
 // tiles of `headsPerTile` rows of `pitch` (D rounded up to 32) elements, so
@@ -82,11 +83,39 @@ class ReshapeAndCacheKernel {
     const int32_t cnt = static_cast<int32_t>(n);
     ToFloat(xf, in, dtype, hf, n);
     Div(xf, xf, scale, cnt);
+    ZeroNaNs(xf, hf.ReinterpretCast<float>(), n);  // hf is free until the Cast below
     Maxs(xf, xf, -128.0f, cnt);
     Mins(xf, xf, 127.0f, cnt);
     Cast(xf, xf, RoundMode::CAST_RINT, n);           // round half to even, in float
     Cast(hf, xf, RoundMode::CAST_NONE, n);           // integers in [-128, 127]: exact in half
     Cast(out.ReinterpretCast<int8_t>(), hf, RoundMode::CAST_NONE, n);  // exact
+  }
+
+  // The contract stores a NaN quotient as 0 (+-inf saturate like any large
+  // value). What the 910B does with NaN is not documented for the steps that
+  // follow: vector Maxs/Mins, and the half -> int8 Cast (CANN documents
+  // "NaN -> 0" only for the saturation overflow mode, not for the Inf/NaN mode
+  // the 910B runs in by default; the CPU stand-in converts NaN to 0). So NaNs
+  // are replaced before the clamp, relying only on IEEE addition propagating
+  // NaN and on a scalar compare. The stand-in has no Compare/Select, so a tile
+  // is probed with one ReduceSum (NaN iff some element is NaN or +inf meets
+  // -inf; the latter only costs the scalar pass) and the rare tiles that hold
+  // a NaN are fixed element by element on the scalar unit. Padding columns
+  // (D < pitch) hold garbage and may trigger that pass too; they are never
+  // written out. `scratch` needs 8 + the ReduceSum work size floats: at most
+  // n / 2 for n >= 32, which the half buffer provides.
+  __aicore__ inline void ZeroNaNs(const LocalTensor<float>& y, const LocalTensor<float>& scratch, uint32_t n) {
+    LocalTensor<float> sum = scratch;       // one value, in its own 32-byte block
+    LocalTensor<float> work = scratch[8];
+    ReduceSum(sum, y, work, static_cast<int32_t>(n));
+    VToS();
+    const float probe = sum.GetValue(0);
+    if (probe == probe) return;
+    for (uint32_t i = 0; i < n; ++i) {
+      const float v = y.GetValue(i);
+      if (v != v) y.SetValue(i, 0.0f);
+    }
+    SToV();  // the vector clamp below reads what the scalar unit wrote
   }
 
   TPipe pipe_;

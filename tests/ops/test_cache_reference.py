@@ -2,8 +2,11 @@
 
 The loops here are written independently of ``ops/cache/reference.py``: token
 by token and head by head, in float64, from the contract (slot = block * Bs +
-row, int8 ``q = clamp(round_half_to_even(x / scale), -128, 127)``).
+row, int8 ``q = clamp(round_half_to_even(x / scale), -128, 127)``, a NaN
+quotient stored as 0).
 """
+import math
+
 import pytest
 import torch
 
@@ -21,14 +24,22 @@ def random_cache(gen, shape, dtype):
 
 
 def naive_quantize(x: float, scale: float) -> int:
-    """Contract: clamp(round_half_to_even(x / scale), -128, 127); Python's round is half-to-even."""
-    return max(-128, min(127, round(x / scale)))
+    """Contract: clamp(round_half_to_even(x / scale), -128, 127); Python's round is half-to-even.
+
+    Non-finite quotients: NaN is stored as 0, +-inf clamp to 127 / -128.
+    """
+    quotient = x / scale
+    if math.isnan(quotient):
+        return 0
+    if math.isinf(quotient):
+        return 127 if quotient > 0 else -128
+    return max(-128, min(127, round(quotient)))
 
 
 def near_tie(x: float, scale: float) -> bool:
     """x / scale within float32 division error of a .5 tie, where float32 and float64 may round apart."""
     quotient = x / scale
-    return abs(abs(quotient - int(quotient)) - 0.5) < 1e-5
+    return math.isfinite(quotient) and abs(abs(quotient - int(quotient)) - 0.5) < 1e-5
 
 
 def naive_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale):
@@ -166,3 +177,30 @@ def test_int8_round_trip_with_calibrated_scales_is_within_half_a_step(gen, dtype
         restored = dequantize_int8(cache[blocks, :, rows], scale)
         # Calibrated scales never clamp, so only rounding error remains (plus float32 slack).
         assert bool(((restored.double() - src.double()).abs() <= scale.double() * (0.5 + 1e-5)).all())
+
+
+@pytest.mark.parametrize("key_dtype", [F32, F16, BF16], ids=str)
+def test_int8_non_finite_and_huge_values_match_naive_loop(gen, key_dtype):
+    """NaN -> 0, +inf -> 127, -inf -> -128, and the dtype's largest finite values
+    (whose float32 quotient overflows to inf for float32 keys) saturate, against
+    the float64 loop, through the op and through ``quantize_int8``."""
+    num_tokens, head_dim, block_size = 3, 64, 16
+    big = torch.finfo(key_dtype).max
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), big, -big, -float("nan")])
+    key = (3 * torch.randn(num_tokens, 1, head_dim, generator=gen)).to(key_dtype)
+    key[0, 0, :6] = special.to(key_dtype)
+    key[2, 0, 10:16] = special.to(key_dtype)
+    value = -key
+    k_scale = torch.rand(1, head_dim, generator=gen) * 0.01 + 1e-3
+    v_scale = torch.rand(1, head_dim, generator=gen) * 0.01 + 1e-3
+    shape = (2, 1, block_size, head_dim)
+    key_cache, value_cache = random_cache(gen, shape, I8), random_cache(gen, shape, I8)
+    slot_mapping = torch.tensor([5, -1, 16], dtype=torch.int32)
+
+    expected, ties = naive_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, backend="torch")
+    for which, (got, want) in enumerate(((key_cache, expected[0]), (value_cache, expected[1]))):
+        assert_int8_equal_outside_ties(got, want, ties, which)
+    assert key_cache[0, 0, 5, :6].tolist() == [0, 127, -128, 127, -128, 0]
+    assert value_cache[1, 0, 0, 10:16].tolist() == [0, -128, 127, -128, 127, 0]
+    assert quantize_int8(key[0], k_scale)[0, :6].tolist() == [0, 127, -128, 127, -128, 0]

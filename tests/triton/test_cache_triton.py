@@ -134,3 +134,43 @@ def test_int8_rounds_half_to_even_and_clamps():
     expected = torch.tensor([max(-128, min(127, round(v))) for v in key.reshape(-1).tolist()], dtype=torch.int8)
     assert torch.equal(tri_k[0, 0].reshape(-1), expected)
     assert tri_k[0, 0].reshape(-1)[:6].tolist() == [-128] * 6  # -140 ... -137.5 clamp
+
+
+def _non_finite_keys(dtype, d):
+    """[2, 1, d] keys of ``dtype``: NaN, +-inf, the dtype's largest finite values
+    (whose quotient overflows float32 for float32 keys), then random-free steps."""
+    big = torch.finfo(dtype).max
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), big, -big, -float("nan")])
+    ramp = torch.linspace(-3.0, 3.0, 2 * d - special.numel())
+    return torch.cat([special, ramp]).to(dtype).reshape(2, 1, d)
+
+
+# The interpreter's numpy division warns when huge keys overflow float32: intended here.
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_int8_non_finite_values(gen, dtype):
+    """NaN is stored as 0, +inf and huge values as 127, -inf and huge negatives as -128, like the reference."""
+    d = 64
+    key = _non_finite_keys(dtype, d)
+    value = -key
+    scale = torch.rand(1, d, generator=gen) * 0.01 + 1e-3
+    slots = torch.tensor([3, 16], dtype=torch.int32)
+    key_cache, value_cache = _caches(gen, 2, 1, 16, d, torch.int8)
+    results = _run_both(key, value, key_cache, value_cache, slots, scale, scale)
+    _assert_same(results, key_cache, value_cache, slots, 16)
+    # Independent of the reference: the contract's values for the special entries.
+    tri_k, tri_v = results[1]
+    assert tri_k[0, 0, 3, :6].tolist() == [0, 127, -128, 127, -128, 0]
+    assert tri_v[0, 0, 3, :6].tolist() == [0, -128, 127, -128, 127, 0]
+
+
+def test_float_cache_copies_non_finite_values_bit_for_bit(gen):
+    """Float caches copy NaN and +-inf unchanged (compared as bits: NaN != NaN)."""
+    d = 64
+    key = _non_finite_keys(torch.float16, d)
+    slots = torch.tensor([0, 5], dtype=torch.int32)
+    key_cache, value_cache = _caches(gen, 1, 1, 16, d, torch.float16)
+    (ref_k, ref_v), (tri_k, tri_v) = _run_both(key, -key, key_cache, value_cache, slots)
+    assert torch.equal(tri_k.view(torch.int16), ref_k.view(torch.int16))
+    assert torch.equal(tri_v.view(torch.int16), ref_v.view(torch.int16))
+    assert torch.equal(tri_k[0, 0, 0].view(torch.int16), key[0, 0].view(torch.int16))

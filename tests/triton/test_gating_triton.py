@@ -5,7 +5,8 @@ under Triton's interpreter on the CPU (``tests/conftest.py``). Edge cases:
 token counts that are not a multiple of the 64-token tile and more tiles than
 programs (the persistent loop runs several times), a head count that is not a
 power of two (masked head columns), softplus inputs on both sides of its
-threshold of 20 and far below zero, strided a/b (views of one projection).
+threshold of 20 and far below zero, strided a/b (views of one projection),
+and non-finite inputs (NaN and +-inf must come out as torch's do).
 """
 from __future__ import annotations
 
@@ -79,3 +80,29 @@ def test_bf16(gen):
     bfloat16 projections with Qwen3.5's 32 value heads and 1000 tokens."""
     A_log, a, b, dt_bias = draw(gen, 1000, 32, torch.bfloat16)
     assert_matches(run_both(A_log, a, b, dt_bias), torch.bfloat16)
+
+
+def test_nan_and_inf_propagate_like_torch(gen):
+    """NaN and +-inf in a, dt_bias and b give torch's results, not finite stand-ins.
+
+    softplus(NaN) is NaN (the threshold test and the clamped exp must not pick
+    a finite branch), softplus(+inf) = +inf so g = -inf, softplus(-inf) = 0 so
+    g = -0; sigmoid(NaN) = NaN, sigmoid(+-inf) = 1 / 0. Heads 0-3 carry the
+    special values in a, head 4 a NaN dt_bias; random finite values elsewhere.
+    """
+    nan, inf = float("nan"), float("inf")
+    A_log, a, b, dt_bias = draw(gen, 5, 6, F32)
+    a[0, :4] = torch.tensor([nan, inf, -inf, 25.0])
+    a[1, :4] = torch.tensor([-inf, nan, 25.0, inf])
+    dt_bias[4] = nan
+    b[0, :3] = torch.tensor([nan, inf, -inf])
+    results = run_both(A_log, a, b, dt_bias)
+    (ref_g, ref_beta), (tri_g, tri_beta) = results
+    torch.testing.assert_close(tri_g, ref_g, equal_nan=True, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(tri_beta, ref_beta, equal_nan=True, **tol(KERNEL_VS_REFERENCE, F32))
+    # The premise, independent of the reference: the special values really are special.
+    assert tri_g[0, 0].isnan() and tri_g[1, 1].isnan() and tri_g[:, 4].isnan().all()
+    assert tri_g[0, 1] == -inf and tri_g[1, 3] == -inf
+    assert tri_g[0, 2] == 0 and tri_g[1, 0] == 0
+    assert torch.isfinite(tri_g[0, 3]) and torch.isfinite(tri_g[:, 5]).all()
+    assert tri_beta[0, 0].isnan() and tri_beta[0, 1] == 1 and tri_beta[0, 2] == 0
