@@ -77,7 +77,17 @@ class KVCacheManager:
         whole_prompt_must_fit: refuse unless all the request's tokens would fit,
             not only this step's (the admission gate for a new request).
         """
-        num_computed = min(request.num_computed_tokens + len(cached_blocks) * self.block_size, self.max_model_len)
+        block_size = self.block_size
+        if not cached_blocks and not whole_prompt_must_fit:
+            # Fast path, taken by almost every decode step (it runs once per running
+            # request per step): the blocks held already have room for the new slots.
+            end = request.num_computed_tokens + num_new_tokens
+            if end + num_lookahead_tokens <= len(request.block_ids) * block_size:
+                if self.enable_caching and end // block_size > request.num_cached_blocks:
+                    # A block may have just completed (cache_blocks checks): register it.
+                    self.cache_blocks(request, min(end, len(request.all_token_ids)))
+                return []
+        num_computed = min(request.num_computed_tokens + len(cached_blocks) * block_size, self.max_model_len)
         free = self.pool.num_free_blocks
         if whole_prompt_must_fit:
             whole = min(request.num_tokens, self.max_model_len)

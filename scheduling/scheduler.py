@@ -53,7 +53,7 @@ class SchedulerOutput:
     num_speculative_tokens: int = 0
 
 
-@dataclass
+@dataclass(slots=True)  # one is built per request per step: slots make that cheaper
 class RequestOutput:
     """What one step produced for one request."""
 
@@ -167,12 +167,16 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         """Pick this step's batch under the token budget and advance each scheduled request's cursor."""
         cfg = self.config
+        kv_cache = self.kv_cache
+        lookahead = self.num_lookahead_tokens
+        max_model_len = cfg.max_model_len
         token_budget = cfg.max_num_batched_tokens
         num_scheduled: dict[str, int] = {}
         computed_before: dict[str, int] = {}
         new_blocks: dict[str, list[int]] = {}
         spec_tokens: dict[str, list[int]] = {}
         scheduled_running: list[Request] = []
+        admitted: list[Request] = []
         preempted: list[Request] = []
         new_ids, resumed_ids = [], []
         # A long prompt may not hog the step only when someone else wants tokens too.
@@ -180,21 +184,27 @@ class Scheduler:
         # Whether a running request was mid-prefill (decides draft padding below).
         prefill_scheduled = False
 
-        # 1. Running requests, in running order.
+        # 1. Running requests, in running order. This loop runs for every running
+        # request every step: it reads plain attributes and compares with `if`
+        # rather than calling properties and min(), which cost more per call.
         running = self.running
         index = 0
         while index < len(running) and token_budget > 0:
             request = running[index]
-            num_new = request.num_tokens_with_spec - request.num_computed_tokens
+            computed = request.num_computed_tokens
+            num_new = len(request.all_token_ids) + len(request.spec_token_ids) - computed
             if 0 < threshold < num_new:
                 num_new = threshold
-            # The step's last position must leave room for the token it samples.
-            num_new = min(num_new, token_budget, cfg.max_model_len - request.num_computed_tokens - 1)
+            if num_new > token_budget:
+                num_new = token_budget
+            if num_new > max_model_len - computed - 1:
+                # The step's last position must leave room for the token it samples.
+                num_new = max_model_len - computed - 1
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
                 continue
 
-            blocks = self.kv_cache.allocate_slots(request, num_new, num_lookahead_tokens=self.num_lookahead_tokens)
+            blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
             while blocks is None:
                 victim = self._pick_victim()
                 if cfg.policy == "priority":
@@ -214,25 +224,24 @@ class Scheduler:
                 preempted.append(victim)
                 if victim is request:
                     break
-                blocks = self.kv_cache.allocate_slots(
-                    request, num_new, num_lookahead_tokens=self.num_lookahead_tokens
-                )
+                blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
             if blocks is None:
                 if cfg.policy == "priority":
                     continue  # it preempted itself; `index` already points at the next one
                 break
 
+            request_id = request.request_id
             scheduled_running.append(request)
             prefill_scheduled |= request.is_prefill_chunk
-            num_scheduled[request.request_id] = num_new
-            computed_before[request.request_id] = request.num_computed_tokens
-            new_blocks[request.request_id] = blocks
+            num_scheduled[request_id] = num_new
+            computed_before[request_id] = computed
+            new_blocks[request_id] = blocks
             token_budget -= num_new
             index += 1
             if request.spec_token_ids:
-                num_drafts = num_new + request.num_computed_tokens - request.num_tokens
+                num_drafts = num_new + computed - len(request.all_token_ids)
                 if num_drafts > 0:
-                    spec_tokens[request.request_id] = request.spec_token_ids[:num_drafts]
+                    spec_tokens[request_id] = request.spec_token_ids[:num_drafts]
                 request.spec_token_ids = []
 
         # 2. Waiting requests, unless this step had to preempt.
@@ -279,6 +288,7 @@ class Scheduler:
 
             waiting.pop()
             running.append(request)
+            admitted.append(request)
             if request.status is RequestStatus.WAITING:
                 new_ids.append(request.request_id)
             else:
@@ -294,7 +304,11 @@ class Scheduler:
             if pad_drafts:
                 spec_tokens[request.request_id] = [-1] * cfg.num_speculative_tokens
 
-        return self._make_output(num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids)
+        # Batch order, the order of num_scheduled: the running requests kept, then the admitted ones.
+        return self._make_output(
+            scheduled_running + admitted, num_scheduled, computed_before, new_blocks, spec_tokens, preempted,
+            new_ids, resumed_ids,
+        )
 
     def _pick_victim(self) -> Request:
         """The running request to preempt: the last one (FCFS) or the lowest priority one."""
@@ -311,26 +325,31 @@ class Scheduler:
         request.num_preemptions += 1
         self.waiting.prepend(request)
 
-    def _make_output(self, num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids):
+    def _make_output(
+        self, batch, num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids
+    ):
         token_ids, block_ids, state_slots, sampling = {}, {}, {}, []
-        requests = self.requests
-        for request_id, num_new in num_scheduled.items():
-            request = requests[request_id]
-            start = computed_before[request_id]
-            drafts = spec_tokens.get(request_id)
-            num_known = num_new - len(drafts) if drafts else num_new
-            token_ids[request_id] = request.all_token_ids[start : start + num_known]
+        for request in batch:
+            request_id = request.request_id
+            num_new = num_scheduled[request_id]
+            start = request.num_computed_tokens  # not advanced yet: equals computed_before[request_id]
+            tokens = request.all_token_ids
+            drafts = spec_tokens.get(request_id) if spec_tokens else None
             if drafts:
-                token_ids[request_id] += drafts
+                num_known = num_new - len(drafts)
+                token_ids[request_id] = tokens[start : start + num_known] + drafts
+            else:
+                num_known = num_new
+                token_ids[request_id] = tokens[start : start + num_new]
             block_ids[request_id] = request.block_ids
             if request.state_slot is not None:
                 state_slots[request_id] = request.state_slot
-            if start + num_known >= request.num_tokens:
+            if start + num_known >= len(tokens):
                 sampling.append(request_id)
             # The cursor advances now, so the next step can continue a chunked
             # prefill at once; rejected drafts roll it back in update_from_output.
             request.num_computed_tokens = start + num_new
-            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
+            request.is_prefill_chunk = start + num_new < len(tokens)
         finished, self._finished_req_ids = self._finished_req_ids, set()
         return SchedulerOutput(
             num_scheduled_tokens=num_scheduled,
@@ -367,39 +386,43 @@ class Scheduler:
         if not isinstance(sampled_token_ids, dict):
             raise TypeError(f"sampled_token_ids must be a dict, got {type(sampled_token_ids).__name__}")
         scheduled = scheduler_output.num_scheduled_tokens
-        for request_id in sampled_token_ids:
-            if request_id not in scheduled:
-                raise ValueError(f"sampled_token_ids has request {request_id!r}, not scheduled in this step")
+        if not sampled_token_ids.keys() <= scheduled.keys():  # one pass in C; find the culprit only on error
+            for request_id in sampled_token_ids:
+                if request_id not in scheduled:
+                    raise ValueError(f"sampled_token_ids has request {request_id!r}, not scheduled in this step")
         outputs = []
         stopped = []
+        requests = self.requests
+        running_status = RequestStatus.RUNNING
         spec = scheduler_output.scheduled_spec_decode_tokens
-        for request_id in scheduled:
-            request = self.requests.get(request_id)
-            if request is None or request.status is not RequestStatus.RUNNING:
-                continue  # aborted while the step ran
+        recache_drafts = self.config.num_speculative_tokens and self.kv_cache.enable_caching
+        for request_id in scheduled:  # batch order: it decides the order blocks are freed in
             new_tokens = sampled_token_ids.get(request_id)
             if not new_tokens:
                 continue
-            drafts = spec.get(request_id)
-            if len(new_tokens) > 1 + (len(drafts) if drafts else 0):
+            request = requests.get(request_id)
+            if request is None or request.status is not running_status:
+                continue  # aborted while the step ran
+            drafts = spec.get(request_id) if spec else None
+            num_drafts = len(drafts) if drafts else 0
+            if len(new_tokens) > 1 + num_drafts:
                 raise ValueError(
                     f"sampled_token_ids[{request_id!r}] has {len(new_tokens)} tokens; at most "
-                    f"1 + {len(drafts) if drafts else 0} drafts can be accepted"
+                    f"1 + {num_drafts} drafts can be accepted"
                 )
-            if drafts:
-                num_rejected = len(drafts) - (len(new_tokens) - 1)
+            if num_drafts:
+                num_rejected = num_drafts - (len(new_tokens) - 1)
                 request.num_computed_tokens -= num_rejected
             new_tokens = self._append_and_check_stop(request, list(new_tokens))
-            if self.config.num_speculative_tokens and self.kv_cache.enable_caching:
+            if recache_drafts:
                 # Blocks filled by accepted drafts are known tokens now.
                 self.kv_cache.cache_blocks(request, request.num_computed_tokens)
-            output = RequestOutput(request_id, new_tokens)
-            if request.is_finished:
-                output.finished = True
-                output.finish_reason = request.status.finish_reason
-                output.stop_reason = request.stop_reason
+            if request.status is running_status:
+                outputs.append(RequestOutput(request_id, new_tokens))
+            else:
+                reason = request.status.finish_reason
+                outputs.append(RequestOutput(request_id, new_tokens, True, reason, request.stop_reason))
                 stopped.append(request)
-            outputs.append(output)
         if stopped:
             gone = set(map(id, stopped))
             self.running = [r for r in self.running if id(r) not in gone]
@@ -409,15 +432,16 @@ class Scheduler:
 
     def _append_and_check_stop(self, request: Request, new_tokens: list[int]) -> list[int]:
         # Stop checks in vLLM's order: EOS, stop tokens, then length.
-        cfg = self.config
+        tokens, eos, stop_token_ids = request.all_token_ids, request.eos_token_id, request.stop_token_ids
+        max_model_len = self.config.max_model_len
         for count, token in enumerate(new_tokens, 1):
-            request.all_token_ids.append(token)
-            if token == request.eos_token_id:
+            tokens.append(token)
+            if token == eos:
                 request.status = RequestStatus.FINISHED_STOPPED
-            elif token in request.stop_token_ids:
+            elif token in stop_token_ids:
                 request.status = RequestStatus.FINISHED_STOPPED
                 request.stop_reason = token
-            elif request.num_tokens >= cfg.max_model_len or request.num_output_tokens >= request.max_tokens:
+            elif len(tokens) >= max_model_len or len(tokens) - request.num_prompt_tokens >= request.max_tokens:
                 request.status = RequestStatus.FINISHED_LENGTH_CAPPED
             else:
                 continue
@@ -425,7 +449,9 @@ class Scheduler:
             request.num_computed_tokens -= len(new_tokens) - count
             del new_tokens[count:]
             break
-        self.kv_cache.update_block_hashes(request)
+        kv_cache = self.kv_cache
+        if kv_cache.enable_caching and len(tokens) >= (len(request.block_hashes) + 1) * kv_cache.block_size:
+            kv_cache.update_block_hashes(request)  # a block of tokens completed: hash it
         return new_tokens
 
     def _release_resources(self, request: Request) -> None:

@@ -1,7 +1,10 @@
 """Lay a scheduled step out as the tensors the Ascend attention and GDN ops read."""
 
 import enum
+from array import array
 from dataclasses import dataclass
+from itertools import chain
+from operator import add
 
 import torch
 
@@ -74,9 +77,9 @@ def attention_state(
     enable_chunked_prefill: bool,
 ) -> AttentionState:
     """vLLM-Ascend's rules, first match wins (lists are per request)."""
-    if all(c == 0 for c in context_lens):
+    if not any(context_lens):
         return AttentionState.PrefillNoCache
-    if all(q == 1 for q in query_lens):
+    if query_lens.count(1) == len(query_lens):  # all one token (count() runs in C)
         return AttentionState.DecodeOnly
     if any(num_drafts) and all(q - d == 1 for q, d in zip(query_lens, num_drafts)):
         return AttentionState.SpecDecoding
@@ -94,6 +97,10 @@ def build_step_metadata(
 
     num_padded_tokens: pad the token dimension to this size (e.g. a captured graph size).
     max_blocks_per_request: width M of block_tables (default: the widest request).
+
+    The engine calls this every step, so its cost is device idle time: everything is
+    gathered in flat Python lists (map() over the dicts, one cheap pass over the rows)
+    and each list becomes a tensor in one C-level conversion.
     """
     out = scheduler_output
     if out.total_num_scheduled_tokens == 0:
@@ -103,65 +110,92 @@ def build_step_metadata(
         raise ValueError(f"num_padded_tokens ({num_padded_tokens}) is less than the {num_tokens} scheduled tokens")
     padded = num_tokens if num_padded_tokens is None else num_padded_tokens
     block_size = out.block_size
+    spec = out.scheduled_spec_decode_tokens
 
     decodes, prefills = [], []
     for request_id, num_new in out.num_scheduled_tokens.items():
-        num_drafts = len(out.scheduled_spec_decode_tokens.get(request_id, ()))
+        num_drafts = len(spec[request_id]) if spec and request_id in spec else 0
         is_decode = num_new - num_drafts == 1 and out.num_computed_tokens[request_id] > 0
         (decodes if is_decode else prefills).append(request_id)
     req_ids = decodes + prefills
+    num_reqs = len(req_ids)
 
-    query_lens = [out.num_scheduled_tokens[r] for r in req_ids]
-    context_lens = [out.num_computed_tokens[r] for r in req_ids]
-    drafts = [len(out.scheduled_spec_decode_tokens.get(r, ())) for r in req_ids]
+    query_lens = list(map(out.num_scheduled_tokens.__getitem__, req_ids))
+    context_lens = list(map(out.num_computed_tokens.__getitem__, req_ids))
+    drafts = [len(spec.get(r, ())) for r in req_ids] if spec else [0] * num_reqs
     # Whole block tables, lookahead blocks included: a draft model writes KV there.
-    tables = [out.block_ids[r] for r in req_ids]
-    widest = max(len(t) for t in tables)
+    tables = list(map(out.block_ids.__getitem__, req_ids))
+    widest = max(map(len, tables))
     width = widest if max_blocks_per_request is None else max_blocks_per_request
     if width < widest:
         raise ValueError(f"max_blocks_per_request ({width}) is less than the {widest} blocks a request holds")
 
-    # Built as Python lists and converted once: one small tensor per row costs more.
-    positions, token_request_indices, input_ids, slot_mapping = [], [], [], []
-    query_start_loc = [0]
+    # Per token, as flat Python lists converted once at the end (no tensor per row).
     sampling = set(out.sampling_req_ids)
-    logits_indices, sampling_req_ids = [], []
-    for row, request_id in enumerate(req_ids):
-        table, context, query = tables[row], context_lens[row], query_lens[row]
-        row_positions = range(context, context + query)
-        positions.extend(row_positions)
-        slot_mapping.extend(table[p // block_size] * block_size + p % block_size for p in row_positions)
-        token_request_indices.extend([row] * query)
-        input_ids.extend(out.token_ids[request_id])
-        end = query_start_loc[-1] + query
-        query_start_loc.append(end)
-        if request_id in sampling:
-            logits_indices.extend(range(end - 1 - drafts[row], end))
-            sampling_req_ids.append(request_id)
+    if num_tokens == num_reqs and not spec:
+        # A pure decode step, the usual one: one token per row, so the per-token lists
+        # are per-row lists, built by comprehensions rather than a loop of appends.
+        query_start_loc = list(range(num_reqs + 1))
+        positions = context_lens
+        token_request_indices = list(range(num_reqs))
+        slot_mapping = [t[c // block_size] * block_size + c % block_size for t, c in zip(tables, context_lens)]
+        logits_indices = [row for row, request_id in enumerate(req_ids) if request_id in sampling]
+        sampling_req_ids = [req_ids[row] for row in logits_indices]
+    else:
+        query_start_loc, positions, token_request_indices, slot_mapping = [0], [], [], []
+        logits_indices, sampling_req_ids = [], []
+        end = 0
+        for row, (request_id, table, context, query) in enumerate(zip(req_ids, tables, context_lens, query_lens)):
+            end += query
+            query_start_loc.append(end)
+            last = context + query
+            positions += range(context, last)
+            token_request_indices += [row] * query
+            # Slots are contiguous inside a block: one range per block, not one per token.
+            for i in range(context // block_size, (last - 1) // block_size + 1):
+                offset = (table[i] - i) * block_size  # slot = offset + position
+                first_in_block, end_in_block = max(context, i * block_size), min(last, (i + 1) * block_size)
+                slot_mapping += range(offset + first_in_block, offset + end_in_block)
+            if request_id in sampling:
+                logits_indices += range(end - 1 - drafts[row], end)
+                sampling_req_ids.append(request_id)
     num_padding = padded - num_tokens
-    block_tables = torch.tensor([t + [NULL_BLOCK] * (width - len(t)) for t in tables], dtype=torch.int32)
+    # One flat row-major list for the padded block table, viewed as [N, M].
+    pad = [NULL_BLOCK] * width
+    block_tables = _tensor(list(chain.from_iterable([t + pad[len(t) :] for t in tables])), torch.int32)
 
-    seq_lens = [c + q for c, q in zip(context_lens, query_lens)]
-    state_indices = torch.tensor([out.state_slots[r] for r in req_ids] if out.state_slots else [], dtype=torch.int32)
+    input_ids = list(chain.from_iterable(map(out.token_ids.__getitem__, req_ids)))
+    state_slots = list(map(out.state_slots.__getitem__, req_ids)) if out.state_slots else []
     num_decode_tokens = sum(query_lens[: len(decodes)])
     return StepMetadata(
         req_ids=req_ids,
-        query_start_loc=torch.tensor(query_start_loc, dtype=torch.int32),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
-        context_lens=torch.tensor(context_lens, dtype=torch.int32),
-        block_tables=block_tables,
-        slot_mapping=torch.tensor(slot_mapping + [-1] * num_padding, dtype=torch.int64),
-        positions=torch.tensor(positions + [0] * num_padding, dtype=torch.int64),
-        token_request_indices=torch.tensor(token_request_indices + [-1] * num_padding, dtype=torch.int32),
-        input_ids=torch.tensor(input_ids + [0] * num_padding, dtype=torch.int64),
-        logits_indices=torch.tensor(logits_indices, dtype=torch.int64),
+        query_start_loc=_tensor(query_start_loc, torch.int32),
+        seq_lens=_tensor(list(map(add, context_lens, query_lens)), torch.int32),
+        context_lens=_tensor(context_lens, torch.int32),
+        block_tables=block_tables.view(num_reqs, width),
+        slot_mapping=_tensor(slot_mapping + [-1] * num_padding),
+        positions=_tensor(positions + [0] * num_padding),
+        token_request_indices=_tensor(token_request_indices + [-1] * num_padding, torch.int32),
+        input_ids=_tensor(input_ids + [0] * num_padding),
+        logits_indices=_tensor(logits_indices),
         sampling_req_ids=sampling_req_ids,
         num_decodes=len(decodes),
         num_decode_tokens=num_decode_tokens,
         num_prefills=len(prefills),
         num_prefill_tokens=num_tokens - num_decode_tokens,
         num_actual_tokens=num_tokens,
-        state_indices=state_indices,
-        has_initial_state=torch.tensor([c > 0 for c in context_lens], dtype=torch.bool),
+        state_indices=_tensor(state_slots, torch.int32),
+        has_initial_state=_tensor(context_lens) > 0,
         attn_state=attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill),
     )
+
+
+def _tensor(values: list[int], dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """torch.tensor(values, dtype=dtype) for a flat list of ints (int64 or int32), several times faster.
+
+    torch.tensor() inspects every element as a Python object; array() converts in
+    one C loop and torch.frombuffer() wraps its memory without a copy.
+    """
+    if not values:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(array("q" if dtype == torch.int64 else "i", values), dtype=dtype)

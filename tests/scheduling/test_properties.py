@@ -3,8 +3,10 @@
 import zlib
 from collections import Counter
 
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from step_metadata_reference import reference_build_step_metadata
 
 from qwen_ops.scheduling import Request, Scheduler, SchedulerConfig, build_step_metadata
 
@@ -154,3 +156,26 @@ def test_the_generated_workloads_do_preempt():
 
     count()
     assert sum(1 for n in found if n) >= 5
+
+
+def check_metadata_matches_reference(s, out):
+    if not out.total_num_scheduled_tokens:
+        return
+    widest = max(len(out.block_ids[r]) for r in out.num_scheduled_tokens)
+    for args in [(), (out.total_num_scheduled_tokens + 3, widest + 2)]:
+        fast, slow = build_step_metadata(out, *args), reference_build_step_metadata(out, *args)
+        for name in fast.__dataclass_fields__:
+            a, b = getattr(fast, name), getattr(slow, name)
+            if isinstance(a, torch.Tensor):
+                assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), name
+            else:
+                assert a == b, name
+
+
+@settings(SETTINGS, max_examples=60)  # every step builds the metadata four times: keep it short
+@given(workloads(), st.booleans())
+def test_step_metadata_matches_the_per_row_reference(workload, hybrid):
+    config, requests, aborts = workload
+    if hybrid:  # GDN state slots (no prefix caching there)
+        config = SchedulerConfig(**{**config.__dict__, "enable_prefix_caching": False, "num_state_slots": 3})
+    replay(config, requests, aborts, check=check_metadata_matches_reference)
