@@ -100,15 +100,19 @@ class Scheduler:
     # ----------------------------------------------------------------- requests
 
     def add_request(self, request: Request) -> None:
-        """Queue a new request; rejects a duplicate id or a prompt that cannot fit max_model_len."""
+        """Queue a new request; rejects a duplicate id or a prompt of max_model_len tokens or more."""
         if not isinstance(request, Request):
             raise TypeError(f"request must be a Request, got {type(request).__name__}")
         if request.request_id in self.requests:
             raise ValueError(f"request_id {request.request_id!r} is already in the scheduler")
-        if request.num_prompt_tokens > self.config.max_model_len:
+        # A prompt of exactly max_model_len tokens leaves no room for an output
+        # token, and once chunked it could never finish: running requests are
+        # capped at max_model_len - 1 computed tokens. Reject it up front.
+        if request.num_prompt_tokens >= self.config.max_model_len:
             raise ValueError(
                 f"prompt_token_ids of request {request.request_id!r} has {request.num_prompt_tokens} "
-                f"tokens, more than max_model_len={self.config.max_model_len}"
+                f"tokens; it must be shorter than max_model_len={self.config.max_model_len} "
+                "to leave room for at least one generated token"
             )
         if request.status is not RequestStatus.WAITING or request.num_computed_tokens:
             raise ValueError(f"request {request.request_id!r} was already scheduled once")

@@ -306,6 +306,9 @@ def test_add_request_rejects_bad_input():
     s = make_scheduler(max_model_len=16)
     with pytest.raises(ValueError, match="max_model_len"):
         s.add_request(make_request("a", 17))
+    # Exactly max_model_len tokens: no room to generate, and a chunked prefill of it could never finish.
+    with pytest.raises(ValueError, match="shorter than max_model_len=16"):
+        s.add_request(make_request("a", 16))
     s.add_request(make_request("a", 4))
     with pytest.raises(ValueError, match="already"):
         s.add_request(make_request("a", 4))
