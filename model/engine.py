@@ -1,10 +1,11 @@
 """The offline engine: ``LLM``, ``SamplingParams``, ``RequestOutput`` (vLLM's names), and streaming.
 
-Each step is the loop the scheduler defines: ``schedule()``, lay the batch out
-(``build_step_metadata``: decode rows first, then prefill chunks), run one
-forward over the whole mixed batch, sample the requests that reached the end
-of their tokens, ``update_from_output()``. Per-request state lives in a
-persistent ``InputBatch`` updated from what the scheduler changed.
+Each step is the loop the scheduler defines: ``schedule()``, apply what it
+changed to the persistent ``InputBatch`` (per-request rows: block table,
+cursor, GDN state slot, sampling settings) and lay the step out from those rows
+(decode rows first, then prefill chunks), run one forward over the whole mixed
+batch, sample the requests that reached the end of their tokens,
+``update_from_output()``.
 
 Example::
 
@@ -26,7 +27,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 
 from ..ops import kv_scales_from_absmax
-from ..scheduling import Request, Scheduler, SchedulerConfig, build_step_metadata, default_batch_limits
+from ..scheduling import Request, Scheduler, SchedulerConfig, default_batch_limits
 from .config import Qwen35Config
 from .forward_batch import ForwardBatch
 from .input_batch import InputBatch
@@ -114,6 +115,7 @@ class _Tracked:
     prompt: str | None
     prompt_token_ids: list[int]
     params: SamplingParams
+    generator: torch.Generator
     arrival: float
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, float]] | None = None
@@ -149,6 +151,15 @@ def _device_memory(device: torch.device) -> tuple[float, str]:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, "cpu"
 
 
+def _check_int(name: str, value, minimum: int, *, optional: bool = False) -> None:
+    """Raise ValueError naming LLM's argument ``name`` unless ``value`` is an int >= minimum (or None if optional)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        none = " or None" if optional else ""
+        raise ValueError(f"LLM({name}=...) must be an int >= {minimum}{none}, got {value!r}")
+
+
 class LLM:
     """Serve a Qwen3.5 checkpoint with continuous batching, a paged KV cache and GDN state pools.
 
@@ -160,15 +171,18 @@ class LLM:
         kv_cache_dtype: "auto" (the model dtype) or "int8" (per-channel scales
             from the checkpoint's msModelSlim ``kv_cache_scale`` tensors, else
             from a calibration pass; ``kv_scale_source`` says which).
-        block_size: tokens per KV block.
-        num_blocks: KV blocks including the null block 0 (default: from the memory budget).
-        max_num_batched_tokens, max_num_seqs: step limits (default: the
-            scheduler's ``default_batch_limits`` for this device, offline usage;
-            ``max_num_seqs`` also shrinks to the GDN state slots the budget holds).
+        block_size: tokens per KV block (int >= 1).
+        num_blocks: KV blocks including the null block 0 (int >= 2; default: from the memory budget).
+        max_num_batched_tokens, max_num_seqs: step limits, ints >= 1 with
+            max_num_batched_tokens >= max_num_seqs (default: the scheduler's
+            ``default_batch_limits`` for this device, offline usage, adjusted to
+            that rule; ``max_num_seqs`` also shrinks to the GDN state slots the budget holds).
         enable_prefix_caching: not supported by hybrid GDN models (the scheduler raises).
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device).
         seed: seeds the sampling of requests that have no seed of their own.
-        max_model_len: longest sequence (default: the config's max_position_embeddings).
+        max_model_len: longest sequence, prompt plus generated tokens (int >= 2, at most the
+            config's max_position_embeddings, the default). A prompt may have at most
+            max_model_len - 1 tokens.
         device: torch device (default: NPU, else CUDA, else CPU).
         kv_cache_memory_gib: memory for the KV cache and state pools (default: 90 % of an
             accelerator's memory minus the weights; 0.25 GiB on a CPU).
@@ -183,10 +197,20 @@ class LLM:
                  kv_cache_memory_gib: float | None = None, enable_chunked_prefill: bool = True,
                  long_prefill_token_threshold: int = 0,
                  calibration_prompts: Sequence[str | list[int]] | None = None):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-        if kv_cache_dtype not in ("auto", "int8"):
-            raise ValueError(f"kv_cache_dtype must be 'auto' or 'int8', got {kv_cache_dtype!r}")
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise ValueError(f"LLM(dtype=...) must be one of {sorted(DTYPES)}, got {dtype!r}")
+        if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in ("auto", "int8"):
+            raise ValueError(f"LLM(kv_cache_dtype=...) must be 'auto' or 'int8', got {kv_cache_dtype!r}")
+        _check_int("block_size", block_size, 1)
+        # Block 0 is the null block: one more is needed to hold anything.
+        _check_int("num_blocks", num_blocks, 2, optional=True)
+        _check_int("max_num_batched_tokens", max_num_batched_tokens, 1, optional=True)
+        _check_int("max_num_seqs", max_num_seqs, 1, optional=True)
+        # A request needs at least one prompt token and room for one generated token.
+        _check_int("max_model_len", max_model_len, 2, optional=True)
+        if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
+            raise ValueError(f"LLM(max_num_batched_tokens={max_num_batched_tokens}) must be >= "
+                             f"max_num_seqs={max_num_seqs}: every running request may decode in one step")
         if model is None:
             from .default_model import default_model_dir
 
@@ -195,6 +219,9 @@ class LLM:
         self.device = torch.device(device) if device is not None else _default_device()
         self.dtype = DTYPES[dtype]
         self.config = Qwen35Config.from_pretrained(self.model_dir)
+        if max_model_len is not None and max_model_len > self.config.max_position_embeddings:
+            raise ValueError(f"LLM(max_model_len={max_model_len}) exceeds the model's max_position_embeddings="
+                             f"{self.config.max_position_embeddings} (config.json)")
         weights, checkpoint_scales = load_weights(self.model_dir, self.config, self.dtype, self.device)
         self.model = Qwen35ForCausalLM(self.config, weights, backend, checkpoint_scales)
         self.backend = backend
@@ -204,17 +231,20 @@ class LLM:
 
         memory_gib, device_name = _device_memory(self.device)
         default_tokens, default_seqs = default_batch_limits(memory_gib, device_name, "offline")
-        max_num_batched_tokens = max_num_batched_tokens or default_tokens
-        max_num_seqs = max_num_seqs or default_seqs
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = max(default_tokens, max_num_seqs or 0)
+        if max_num_seqs is None:
+            max_num_seqs = min(default_seqs, max_num_batched_tokens)
         if kv_cache_memory_gib is None:
             if self.device.type == "cpu":
                 kv_cache_memory_gib = CPU_DEFAULT_KV_GIB
             else:
                 weight_gib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**30
                 kv_cache_memory_gib = max(ACCELERATOR_MEMORY_UTILIZATION * memory_gib - weight_gib, 0.0)
-        if kv_cache_memory_gib <= 0:
-            raise ValueError(f"kv_cache_memory_gib must be > 0, got {kv_cache_memory_gib}")
-        self.max_model_len = max_model_len or self.config.max_position_embeddings
+        if isinstance(kv_cache_memory_gib, bool) or not isinstance(kv_cache_memory_gib, (int, float)) \
+                or not kv_cache_memory_gib > 0:
+            raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")
+        self.max_model_len = max_model_len if max_model_len is not None else self.config.max_position_embeddings
         self.kv_cache_dtype = torch.int8 if kv_cache_dtype == "int8" else self.dtype
         self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype,
@@ -235,10 +265,8 @@ class LLM:
             enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
             long_prefill_token_threshold=long_prefill_token_threshold, num_state_slots=self.plan.num_state_slots)
         self.scheduler = Scheduler(self.scheduler_config)
-        self.input_batch = InputBatch(self.plan.max_num_seqs, -(-self.max_model_len // block_size))
+        self.input_batch = InputBatch(self.plan.max_num_seqs, -(-self.max_model_len // block_size), block_size)
         self._tracked: dict[str, _Tracked] = {}
-        self._generators: dict[str, torch.Generator] = {}
-        self._params: dict[str, SamplingParams] = {}
         self.step_stats: list[StepStats] = []
         self.trace = False
         self.last_outputs: list[RequestOutput] = []
@@ -388,9 +416,7 @@ class LLM:
         self.scheduler.add_request(request)
         gen = torch.Generator(device=self.device)
         gen.manual_seed(params.seed if params.seed is not None else _derived_seed(self.seed, request_id))
-        self._generators[request_id] = gen
-        self._params[request_id] = params
-        self._tracked[request_id] = _Tracked(request_id, text, ids, params, time.perf_counter(),
+        self._tracked[request_id] = _Tracked(request_id, text, ids, params, gen, time.perf_counter(),
                                              logprobs=[] if params.logprobs is not None else None)
         return request_id
 
@@ -411,19 +437,18 @@ class LLM:
         """Run one engine step; returns the ids of requests that got tokens or finished in it."""
         start = time.perf_counter()
         out = self.scheduler.schedule()
-        self.input_batch.update(out, self._params, self._generators)
+        self.input_batch.update(out, self._sampling_state)
         if out.total_num_scheduled_tokens == 0:
             return []
-        meta = build_step_metadata(out)
-        batch = ForwardBatch.from_step_metadata(meta, self.device, self.input_batch.block_tables(meta.req_ids))
+        prepared = self.input_batch.prepare(out, self.device)
+        batch = prepared.batch
         hidden = self.model.forward(batch, self.caches)
         sampled: dict[str, list[int]] = {}
         logprobs: dict[str, dict[int, float] | None] = {}
-        if meta.sampling_req_ids:
+        if prepared.sampling_req_ids:
             logits = self.model.compute_logits(hidden.index_select(0, batch.logits_indices))
-            ids = meta.sampling_req_ids
-            tokens, lps = sample(logits, [self._params[r] for r in ids], [self._generators[r] for r in ids])
-            for r, tok, lp in zip(ids, tokens, lps):
+            tokens, lps = sample(logits, prepared.params, prepared.generators)
+            for r, tok, lp in zip(prepared.sampling_req_ids, tokens, lps):
                 sampled[r], logprobs[r] = [tok], lp
         results = self.scheduler.update_from_output(out, sampled)
         now = time.perf_counter()
@@ -440,8 +465,9 @@ class LLM:
                 tracked.finish_reason, tracked.stop_reason, tracked.finish_time = \
                     res.finish_reason, res.stop_reason, now
             changed.append(res.request_id)
-        stats = StepStats(len(self.step_stats), out.total_num_scheduled_tokens, meta.num_decodes, meta.num_prefills,
-                          len(sampled), len(out.preempted_req_ids), out.num_free_blocks, now - start)
+        stats = StepStats(len(self.step_stats), out.total_num_scheduled_tokens, batch.num_decodes,
+                          prepared.num_prefills, len(sampled), len(out.preempted_req_ids), out.num_free_blocks,
+                          now - start)
         self.step_stats.append(stats)
         if self.trace:
             print(stats.line(), flush=True)
@@ -459,9 +485,13 @@ class LLM:
         return RequestOutput(request_id, t.prompt, t.prompt_token_ids, [completion], t.finish_reason is not None,
                              metrics)
 
+    def _sampling_state(self, request_id: str) -> tuple[SamplingParams, torch.Generator]:
+        """What the persistent batch copies into a joining request's row."""
+        tracked = self._tracked[request_id]
+        return tracked.params, tracked.generator
+
     def _forget(self, request_id: str) -> None:
-        for table in (self._tracked, self._generators, self._params):
-            table.pop(request_id, None)
+        self._tracked.pop(request_id, None)
 
     def _run_until_done(self, request_ids: list[str]) -> Iterator[list[str]]:
         pending = set(request_ids)

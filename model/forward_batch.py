@@ -49,31 +49,6 @@ class ForwardBatch:
         return qsl - qsl[0]
 
     @classmethod
-    def from_step_metadata(cls, meta, device: torch.device, block_tables: torch.Tensor | None = None
-                           ) -> "ForwardBatch":
-        """Move a ``qwen_ops.scheduling.StepMetadata`` (unpadded) to ``device``.
-
-        block_tables: the persistent batch's table for these requests, used
-        instead of the metadata's when given.
-        """
-        if meta.num_actual_tokens != meta.input_ids.shape[0]:
-            raise ValueError("ForwardBatch needs step metadata without padding rows")
-        to = dict(device=device, non_blocking=True)
-        return cls(
-            input_ids=meta.input_ids.to(**to),
-            positions=meta.positions.to(**to),
-            query_start_loc=meta.query_start_loc.to(**to),
-            seq_lens=meta.seq_lens.to(**to),
-            block_tables=(meta.block_tables if block_tables is None else block_tables).to(**to),
-            slot_mapping=meta.slot_mapping.to(**to),
-            state_indices=meta.state_indices.to(**to),
-            has_initial_state=meta.has_initial_state.to(**to),
-            logits_indices=meta.logits_indices.to(**to),
-            num_decodes=meta.num_decodes,
-            num_decode_tokens=meta.num_decode_tokens,
-        )
-
-    @classmethod
     def single_prefill(cls, token_ids: list[int], block_size: int, device: torch.device,
                        state_slot: int = 0) -> "ForwardBatch":
         """One whole prompt as one prefill, in blocks 1, 2, ... (block 0 is the null block).

@@ -78,6 +78,17 @@ def _summary(llm, outputs, wall: float) -> list[str]:
     return lines
 
 
+# What a user's input can cause (a missing file, a bad checkpoint or flag, a prompt too long):
+# reported as one line and exit code 2 rather than a traceback. The checkpoint errors
+# (ConfigError, WeightsError) and the tokenizer's are ValueErrors.
+USER_ERRORS = (OSError, ValueError)
+
+
+def _fail(exc: BaseException) -> int:
+    print(f"qwen-generate: {exc}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from qwen_ops import LLM, SamplingParams
@@ -85,20 +96,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                                 top_k=args.top_k, ignore_eos=args.ignore_eos)
-    except ValueError as exc:
-        print(f"qwen-generate: {exc}", file=sys.stderr)
-        return 2
-    prompts = _prompts(args)
+        prompts = _prompts(args)
+    except USER_ERRORS as exc:
+        return _fail(exc)
     if args.model is None:
         print("qwen-generate: no --model given, using the built-in tiny Qwen3.5-shaped model with random "
               "weights (its text is meaningless; it is created and cached on first use)", file=sys.stderr)
     start = time.perf_counter()
-    llm = LLM(args.model, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
-              num_blocks=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
-              max_num_seqs=args.max_num_seqs, backend=args.backend, seed=args.seed,
-              max_model_len=args.max_model_len, device=args.device, kv_cache_memory_gib=args.kv_cache_memory_gib)
+    try:
+        llm = LLM(args.model, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
+                  num_blocks=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
+                  max_num_seqs=args.max_num_seqs, backend=args.backend, seed=args.seed,
+                  max_model_len=args.max_model_len, device=args.device,
+                  kv_cache_memory_gib=args.kv_cache_memory_gib)
+        _ = llm.tokenizer  # load (or build once) before timing generation
+    except USER_ERRORS as exc:
+        return _fail(exc)
     llm.trace = args.trace
-    _ = llm.tokenizer  # load (or build once) before timing generation
     print(f"model: {llm.model_dir} (loaded in {time.perf_counter() - start:.1f} s)", file=sys.stderr)
     print(f"budget: {llm.budget_summary()}", file=sys.stderr)
     if llm.kv_scale_source:
@@ -120,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except ValueError as exc:  # a prompt the engine rejects (all are checked before any runs)
+        return _fail(exc)
     wall = time.perf_counter() - start
     for line in _summary(llm, outputs, wall):
         print(line, file=sys.stderr)

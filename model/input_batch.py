@@ -1,76 +1,239 @@
-"""The persistent batch: per-request state the model runner keeps across steps (as vLLM's InputBatch).
+"""The persistent batch: per-request rows the model runner keeps across steps (as vLLM's InputBatch).
 
 A request gets a row when the scheduler admits (or resumes) it and keeps it
-until it finishes, is aborted or is preempted. Each step only applies what the
-scheduler changed: rows of new and resumed requests are filled, blocks
-allocated in the step are appended to their rows, rows of finished and
-preempted requests are freed. Nothing is rebuilt from zero.
+until it finishes, is aborted or is preempted. Each step applies only what the
+scheduler changed (``update``): rows of finished and preempted requests are
+freed (the last row moves into the hole, so rows stay dense), rows of new and
+resumed requests are appended, blocks allocated in the step are appended to
+their rows. Then ``prepare`` reorders rows so the step's requests come first,
+decode rows before prefill rows (the layout the ops read), and builds the
+step's tensors from the rows plus the step's token counts; it advances each
+row's computed-token cursor as the scheduler did. Nothing is rebuilt from the
+scheduler's full per-request lists.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from typing import Callable
 
 import torch
 
+from .forward_batch import ForwardBatch
 from .sampling import SamplingParams
+
+# A row's GDN state slot when the scheduler gives none (a model without GDN layers).
+NO_STATE_SLOT = -1
 
 
 @dataclass
-class RequestState:
-    """What the runner knows about one admitted request."""
+class PreparedStep:
+    """One step laid out from the persistent batch.
 
-    request_id: str
-    params: SamplingParams
-    generator: torch.Generator
-    row: int
-    num_blocks: int = 0
-    state_slot: int | None = None
+    batch: the ForwardBatch (on the model's device), rows 0..N-1 = ``req_ids``.
+    req_ids: the step's requests in row order (decodes first, then prefill chunks).
+    sampling_req_ids: the requests that sample in this step, in row order; their
+        logits rows are ``batch.logits_indices``.
+    params, generators: sampling settings of ``sampling_req_ids``, same order.
+    num_prefills: requests that run a prefill chunk.
+    """
+
+    batch: ForwardBatch
+    req_ids: list[str]
+    sampling_req_ids: list[str]
+    params: list[SamplingParams]
+    generators: list[torch.Generator]
+    num_prefills: int
 
 
 class InputBatch:
-    """Rows of per-request state: block table [max_num_seqs, max_blocks] int32, sampling settings, generators."""
+    """Dense rows of per-request state, row i for ``req_ids[i]``.
 
-    def __init__(self, max_num_seqs: int, max_blocks_per_request: int):
+    block_table: [max_num_seqs, max_blocks_per_request] int32, row i's first
+        ``num_blocks[i]`` entries are the request's block ids, the rest the null block 0.
+    num_computed_tokens: [max_num_seqs] int32 cursor (tokens whose KV/state the cache holds).
+    state_slots: [max_num_seqs] int32 GDN state slot (-1: none).
+    params, generators: sampling settings and random generator of each row.
+    """
+
+    def __init__(self, max_num_seqs: int, max_blocks_per_request: int, block_size: int):
+        if max_num_seqs < 1 or max_blocks_per_request < 1 or block_size < 1:
+            raise ValueError(f"InputBatch needs max_num_seqs, max_blocks_per_request and block_size >= 1, got "
+                             f"{max_num_seqs}, {max_blocks_per_request}, {block_size}")
+        self.max_num_seqs = max_num_seqs
+        self.block_size = block_size
         self.block_table = torch.zeros((max_num_seqs, max_blocks_per_request), dtype=torch.int32)
-        self._free_rows = list(range(max_num_seqs - 1, -1, -1))
-        self.requests: dict[str, RequestState] = {}
+        self.num_computed_tokens = torch.zeros(max_num_seqs, dtype=torch.int32)
+        self.state_slots = torch.full((max_num_seqs,), NO_STATE_SLOT, dtype=torch.int32)
+        self.num_blocks: list[int] = []
+        self.req_ids: list[str] = []
+        self.params: list[SamplingParams] = []
+        self.generators: list[torch.Generator] = []
+        self.row_of: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self.requests)
+        return len(self.req_ids)
 
-    def update(self, scheduler_output, params: dict[str, SamplingParams],
-               generators: dict[str, torch.Generator]) -> None:
-        """Apply one ``SchedulerOutput``: drop finished/preempted rows, add new/resumed ones, append new blocks.
+    # ------------------------------------------------------------ rows
 
-        params, generators: the settings of every request the engine knows, by id.
+    def update(self, scheduler_output,
+               sampling_state: Callable[[str], tuple[SamplingParams, torch.Generator]]) -> None:
+        """Apply what one ``SchedulerOutput`` changed.
+
+        sampling_state(request_id) -> (params, generator) of a request joining the
+        batch; the engine keeps them per request, so a preempted request resumes
+        with its generator where it left off.
         """
         out = scheduler_output
-        for request_id in set(out.finished_req_ids) | set(out.preempted_req_ids):
+        for request_id in chain(out.finished_req_ids, out.preempted_req_ids):
             self.remove(request_id)
-        for request_id in list(out.new_request_ids) + list(out.resumed_request_ids):
-            self.remove(request_id)  # a resumed request restarts from an empty table
-            row = self._free_rows.pop()
-            self.requests[request_id] = RequestState(request_id, params[request_id], generators[request_id], row)
+        for request_id in chain(out.new_request_ids, out.resumed_request_ids):
+            params, generator = sampling_state(request_id)
+            self._add(request_id, out.num_computed_tokens[request_id],
+                      out.state_slots.get(request_id, NO_STATE_SLOT), params, generator)
         for request_id, blocks in out.new_block_ids.items():
-            state = self.requests[request_id]
-            end = state.num_blocks + len(blocks)
-            if end > self.block_table.shape[1]:
-                raise RuntimeError(f"request {request_id!r} holds {end} blocks, more than the "
-                                   f"{self.block_table.shape[1]} a row can hold")
             if blocks:
-                self.block_table[state.row, state.num_blocks:end] = torch.tensor(blocks, dtype=torch.int32)
-            state.num_blocks = end
-        for request_id, slot in out.state_slots.items():
-            self.requests[request_id].state_slot = slot
+                self._append_blocks(request_id, blocks)
+
+    def _add(self, request_id: str, num_computed_tokens: int, state_slot: int, params: SamplingParams,
+             generator: torch.Generator) -> None:
+        if request_id in self.row_of:
+            raise RuntimeError(f"request {request_id!r} joins the batch but already holds row "
+                               f"{self.row_of[request_id]}: the batch is out of step with the scheduler")
+        row = len(self.req_ids)
+        if row == self.max_num_seqs:
+            raise RuntimeError(f"the batch is full: {self.max_num_seqs} rows (max_num_seqs) are in use")
+        self.req_ids.append(request_id)
+        self.row_of[request_id] = row
+        self.num_blocks.append(0)
+        self.num_computed_tokens[row] = num_computed_tokens
+        self.state_slots[row] = state_slot
+        self.params.append(params)
+        self.generators.append(generator)
+
+    def _append_blocks(self, request_id: str, blocks: list[int]) -> None:
+        row = self.row_of[request_id]
+        start = self.num_blocks[row]
+        end = start + len(blocks)
+        if end > self.block_table.shape[1]:
+            raise RuntimeError(f"request {request_id!r} holds {end} blocks, more than the "
+                               f"{self.block_table.shape[1]} a row can hold")
+        self.block_table[row, start:end] = torch.tensor(blocks, dtype=torch.int32)
+        self.num_blocks[row] = end
 
     def remove(self, request_id: str) -> None:
-        state = self.requests.pop(request_id, None)
-        if state is not None:
-            self.block_table[state.row].zero_()  # zero is the null block
-            self._free_rows.append(state.row)
+        """Free a request's row (no-op if it has none); the last row moves into it."""
+        row = self.row_of.pop(request_id, None)
+        if row is None:
+            return
+        last = len(self.req_ids) - 1
+        if row != last:
+            self._move(last, row)
+        self.block_table[last, : self.num_blocks[last]] = 0  # zero is the null block
+        self.num_computed_tokens[last] = 0
+        self.state_slots[last] = NO_STATE_SLOT
+        for per_row in (self.req_ids, self.num_blocks, self.params, self.generators):
+            per_row.pop()
 
-    def block_tables(self, req_ids: list[str]) -> torch.Tensor:
-        """[N, M] int32 block tables of ``req_ids`` in that order, M = the widest of them."""
-        rows = torch.tensor([self.requests[r].row for r in req_ids], dtype=torch.long)
-        width = max(self.requests[r].num_blocks for r in req_ids)
-        return self.block_table.index_select(0, rows)[:, :width].contiguous()
+    def _move(self, src: int, dst: int) -> None:
+        """Copy row ``src`` over row ``dst`` (whose request is gone)."""
+        width = max(self.num_blocks[src], self.num_blocks[dst])
+        self.block_table[dst, :width] = self.block_table[src, :width]
+        self.num_computed_tokens[dst] = self.num_computed_tokens[src]
+        self.state_slots[dst] = self.state_slots[src]
+        for per_row in (self.req_ids, self.num_blocks, self.params, self.generators):
+            per_row[dst] = per_row[src]
+        self.row_of[self.req_ids[dst]] = dst
+
+    def _swap(self, i: int, j: int) -> None:
+        width = max(self.num_blocks[i], self.num_blocks[j])
+        self.block_table[[i, j], :width] = self.block_table[[j, i], :width]
+        for tensor in (self.num_computed_tokens, self.state_slots):
+            tensor[[i, j]] = tensor[[j, i]]
+        for per_row in (self.req_ids, self.num_blocks, self.params, self.generators):
+            per_row[i], per_row[j] = per_row[j], per_row[i]
+        self.row_of[self.req_ids[i]] = i
+        self.row_of[self.req_ids[j]] = j
+
+    # ------------------------------------------------------------ step
+
+    def prepare(self, scheduler_output, device: torch.device) -> PreparedStep:
+        """Lay out the step: reorder rows (decodes first), build the ForwardBatch, advance the cursors.
+
+        Call after ``update`` with the same output. Raises RuntimeError if a
+        row's cursor differs from the scheduler's (the batch lost a change).
+        """
+        out = scheduler_output
+        if out.scheduled_spec_decode_tokens:
+            raise NotImplementedError("the engine runs no draft tokens (num_speculative_tokens must be 0)")
+        scheduled = out.num_scheduled_tokens
+        order, num_decodes = self._step_order(scheduled)
+        num_reqs = len(order)
+        for i, request_id in enumerate(order):
+            if self.row_of[request_id] != i:
+                self._swap(i, self.row_of[request_id])
+        context = self.num_computed_tokens[:num_reqs].clone()
+        expected = torch.tensor([out.num_computed_tokens[r] for r in order], dtype=torch.int32)
+        if not torch.equal(context, expected):
+            bad = int((context != expected).nonzero()[0, 0])
+            raise RuntimeError(f"request {order[bad]!r}: the batch's cursor is {int(context[bad])}, the "
+                               f"scheduler's {int(expected[bad])}: the batch is out of step with the scheduler")
+
+        query_lens = torch.tensor([scheduled[r] for r in order], dtype=torch.int32)
+        query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
+        torch.cumsum(query_lens, 0, out=query_start_loc[1:])
+        num_tokens = int(query_start_loc[-1])
+        if num_tokens == num_reqs:  # one token per request: per-token = per-row
+            token_rows = torch.arange(num_reqs)
+            positions = context.long()
+        else:
+            token_rows = torch.repeat_interleave(torch.arange(num_reqs), query_lens.long())
+            offsets = torch.arange(num_tokens) - query_start_loc[:-1].long()[token_rows]
+            positions = context.long()[token_rows] + offsets
+        bs = self.block_size
+        blocks = self.block_table[token_rows, positions // bs].long()
+        slot_mapping = blocks * bs + positions % bs
+        width = max(self.num_blocks[:num_reqs])
+        block_tables = self.block_table[:num_reqs, :width].clone(memory_format=torch.contiguous_format)
+        seq_lens = context + query_lens
+
+        sampling = set(out.sampling_req_ids)
+        sample_rows = [i for i, r in enumerate(order) if r in sampling]
+        logits_indices = query_start_loc[1:].long()[sample_rows] - 1
+        input_ids = torch.tensor(list(chain.from_iterable(out.token_ids[r] for r in order)), dtype=torch.int64)
+        to = dict(device=device, non_blocking=True)
+        batch = ForwardBatch(
+            input_ids=input_ids.to(**to),
+            positions=positions.to(**to),
+            query_start_loc=query_start_loc.to(**to),
+            seq_lens=seq_lens.to(**to),
+            block_tables=block_tables.to(**to),
+            slot_mapping=slot_mapping.to(**to),
+            state_indices=self.state_slots[:num_reqs].clone().to(**to),
+            has_initial_state=(context > 0).to(**to),
+            logits_indices=logits_indices.to(**to),
+            num_decodes=num_decodes,
+            num_decode_tokens=num_decodes,
+        )
+        self.num_computed_tokens[:num_reqs] = seq_lens  # the scheduler advanced its cursors in schedule()
+        return PreparedStep(
+            batch=batch, req_ids=order, sampling_req_ids=[order[i] for i in sample_rows],
+            params=[self.params[i] for i in sample_rows], generators=[self.generators[i] for i in sample_rows],
+            num_prefills=num_reqs - num_decodes)
+
+    def _step_order(self, scheduled: dict[str, int]) -> tuple[list[str], int]:
+        """(the step's requests in the ops' order, the number of decodes).
+
+        Decodes come first, then prefill chunks, each in scheduler order.
+
+        A decode advances one token past a cursor > 0 (cursors read from the rows).
+        """
+        decodes, prefills = [], []
+        cursor = self.num_computed_tokens
+        for request_id, num_new in scheduled.items():
+            row = self.row_of.get(request_id)
+            if row is None:
+                raise RuntimeError(f"request {request_id!r} is scheduled but holds no row: the batch is out "
+                                   f"of step with the scheduler")
+            (decodes if num_new == 1 and cursor[row] > 0 else prefills).append(request_id)
+        return decodes + prefills, len(decodes)

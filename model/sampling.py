@@ -1,6 +1,7 @@
 """Sampling settings (vLLM's ``SamplingParams``) and the sampler that applies them to logits."""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -50,12 +51,20 @@ class SamplingParams:
         if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
                                           or self.logprobs < 0):
             bad("logprobs", "an int >= 0 or None")
+        # A str or bytes is iterable too: "12" must not become [1, 2].
+        if isinstance(self.stop_token_ids, (str, bytes, bytearray)):
+            bad("stop_token_ids", "a list of int token ids, not a string")
         try:
-            self.stop_token_ids = [int(t) for t in self.stop_token_ids]
-        except (TypeError, ValueError):
-            bad("stop_token_ids", "a list of token ids")
-        if any(t < 0 for t in self.stop_token_ids):
+            ids = list(self.stop_token_ids)
+            # operator.index takes ints (numpy and 0-d torch integers too), never floats or strings.
+            if any(isinstance(t, bool) for t in ids):
+                raise TypeError
+            ids = [operator.index(t) for t in ids]
+        except TypeError:
+            bad("stop_token_ids", "a list of int token ids")
+        if any(t < 0 for t in ids):
             bad("stop_token_ids", "a list of token ids >= 0")
+        self.stop_token_ids = ids  # a copy: the caller's list is not kept
 
     @property
     def greedy(self) -> bool:

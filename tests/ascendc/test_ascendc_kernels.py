@@ -86,6 +86,30 @@ def test_reshape_and_cache_rounds_half_to_even_and_saturates(gen):
     assert int(out["ascendc"][0].max()) == 127 and int(out["ascendc"][0].min()) == -128
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=_dt)
+@pytest.mark.parametrize("d", [64, 40], ids=["d64", "d40-padded-rows"])
+def test_reshape_and_cache_int8_non_finite_values(gen, dtype, d):
+    """NaN -> 0, +-inf and the dtype's largest finite values -> 127 / -128, as the
+    reference defines; the kernel replaces NaN explicitly before its clamp and
+    cast (module doc of the kernel), so this also covers that rare scalar pass.
+    D = 40 leaves padding columns in the unified-buffer rows."""
+    big = torch.finfo(dtype).max
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), big, -big, -float("nan")]).to(dtype)
+    key, value, kc, vc, slots, ks, vs = _cache_case(gen, t=5, hkv=2, d=d, nb=2, bs=16, dtype=dtype, int8=True,
+                                                    pad=False)
+    key[0, 0, :6] = special
+    key[3, 1, d - 6:] = special
+    value[2, 1, :6] = special
+    out = _run_cache(key, value, kc, vc, slots, ks, vs)
+    assert torch.equal(out["ascendc"][0], out["torch"][0])
+    assert torch.equal(out["ascendc"][1], out["torch"][1])
+    blocks, rows = slots.long() // 16, slots.long() % 16
+    want = [0, 127, -128, 127, -128, 0]
+    assert out["ascendc"][0][blocks[0], 0, rows[0], :6].tolist() == want
+    assert out["ascendc"][0][blocks[3], 1, rows[3], d - 6:].tolist() == want
+    assert out["ascendc"][1][blocks[2], 1, rows[2], :6].tolist() == want
+
+
 def test_reshape_and_cache_nothing_to_write(gen):
     case = list(_cache_case(gen, t=4, hkv=2, d=64, nb=2, bs=16, dtype=torch.float16, int8=True))
     case[4] = torch.full((4,), -1)

@@ -44,23 +44,31 @@ def test_preemption_equals_plenty_of_blocks(text_checkpoint, gen):
     assert sum(s.num_preempted for s in scarce.step_stats) > 0
 
 
-def test_persistent_block_tables_follow_the_scheduler(text_checkpoint, gen, monkeypatch):
-    """The persistent batch's block tables, updated step by step, equal the scheduler's full tables."""
-    import qwen_ops.model.engine as engine
+def test_persistent_batch_follows_the_scheduler(text_checkpoint, gen):
+    """The engine's step tensors come from the persistent rows, and those rows equal the scheduler's
+    state at every step of a run with preemptions and requests finishing at different times."""
+    from batch_checks import assert_rows_match_scheduler, assert_step_matches_metadata
 
-    llm = LLM(text_checkpoint, num_blocks=11, block_size=8, max_num_seqs=4)
+    batch = prompts(gen, [30, 28, 25, 20, 6])
+    params = [SamplingParams(max_tokens=n, temperature=0, detokenize=False) for n in (20, 3, 14, 20, 9)]
+    plenty = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
+    scarce = LLM(text_checkpoint, num_blocks=11, block_size=8, max_num_seqs=4)
+    rows, prepare = scarce.input_batch, scarce.input_batch.prepare
     checked = []
-    original = engine.build_step_metadata
 
-    def checking(out, *args, **kwargs):
-        meta = original(out, *args, **kwargs)
-        torch.testing.assert_close(llm.input_batch.block_tables(meta.req_ids), meta.block_tables, atol=0, rtol=0)
-        checked.append(len(out.preempted_req_ids))
-        return meta
+    def checking_prepare(out, device):
+        assert_rows_match_scheduler(
+            rows, scarce.scheduler, lambda r: out.num_computed_tokens.get(r.request_id, r.num_computed_tokens))
+        prepared = prepare(out, device)
+        assert_step_matches_metadata(prepared, out)
+        assert_rows_match_scheduler(rows, scarce.scheduler, lambda r: r.num_computed_tokens)
+        checked.append((len(out.preempted_req_ids), len(out.finished_req_ids)))
+        return prepared
 
-    monkeypatch.setattr(engine, "build_step_metadata", checking)
-    llm.generate(prompts(gen, [30, 28, 25, 20]), SamplingParams(max_tokens=20, temperature=0, detokenize=False))
-    assert checked and sum(checked) > 0
+    rows.prepare = checking_prepare
+    assert tokens(scarce.generate(batch, params)) == tokens(plenty.generate(batch, params))
+    assert sum(p for p, _ in checked) > 0 and sum(f for _, f in checked) > 0
+    assert len(checked) == len(scarce.step_stats)
 
 
 def test_seeded_sampling_does_not_depend_on_the_batch(text_checkpoint, gen):

@@ -155,3 +155,54 @@ def test_config_layer_types_default_and_bad_values():
         Qwen35Config.from_dict({k: v for k, v in base.items() if k != "hidden_size"})
     with pytest.raises(ConfigError, match="text_config"):
         Qwen35Config.from_dict({"model_type": "qwen3_5"})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_size=0), r"LLM\(block_size=...\) must be an int >= 1, got 0"),
+    (dict(block_size=-4), r"LLM\(block_size=...\) must be an int >= 1, got -4"),
+    (dict(block_size=8.0), r"LLM\(block_size=...\) must be an int"),
+    (dict(num_blocks=1), r"LLM\(num_blocks=...\) must be an int >= 2 or None, got 1"),
+    (dict(max_num_seqs=0), r"LLM\(max_num_seqs=...\) must be an int >= 1 or None, got 0"),
+    (dict(max_num_batched_tokens=0), r"LLM\(max_num_batched_tokens=...\) must be an int >= 1 or None, got 0"),
+    (dict(max_num_batched_tokens=4, max_num_seqs=8), r"LLM\(max_num_batched_tokens=4\) must be >= max_num_seqs=8"),
+    (dict(max_model_len=1), r"LLM\(max_model_len=...\) must be an int >= 2 or None, got 1"),
+    (dict(max_model_len=513), r"LLM\(max_model_len=513\) exceeds the model.s max_position_embeddings=512"),
+    (dict(dtype="float64"), r"LLM\(dtype=...\) must be one of"),
+    (dict(dtype=torch.float32), r"LLM\(dtype=...\) must be one of"),
+    (dict(kv_cache_dtype="fp8"), r"LLM\(kv_cache_dtype=...\) must be 'auto' or 'int8'"),
+    (dict(kv_cache_memory_gib=0), r"LLM\(kv_cache_memory_gib=...\) must be a number > 0"),
+])
+def test_invalid_engine_arguments_name_the_argument(text_checkpoint, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LLM(text_checkpoint, **kwargs)
+
+
+def test_default_limits_follow_the_given_ones(text_checkpoint):
+    llm = LLM(text_checkpoint, num_blocks=8, max_num_batched_tokens=4)  # the default max_num_seqs would exceed 4
+    assert llm.scheduler_config.max_num_seqs <= 4
+
+
+@pytest.mark.parametrize("stop_token_ids", ["12", b"12", [1.5], [True], [None], 7])
+def test_stop_token_ids_must_be_int_ids(stop_token_ids):
+    with pytest.raises(ValueError, match="SamplingParams.stop_token_ids must be a list of int token ids"):
+        SamplingParams(stop_token_ids=stop_token_ids)
+
+
+def test_stop_token_ids_are_copied_ints():
+    ids = [3, torch.tensor(4)]
+    params = SamplingParams(stop_token_ids=ids)
+    assert params.stop_token_ids == [3, 4] and all(type(t) is int for t in params.stop_token_ids)
+    assert ids[0] == 3 and params.stop_token_ids is not ids
+
+
+def test_prompt_length_limit_is_max_model_len_minus_one(text_checkpoint, gen):
+    """The scheduler would accept a prompt of max_model_len tokens that it could never finish
+    scheduling (it leaves room for the sampled token); the engine rejects it, and a prompt one
+    shorter runs and generates exactly the one token that fits."""
+    llm = LLM(text_checkpoint, num_blocks=16, max_num_seqs=2, max_model_len=24)
+    with pytest.raises(ValueError, match="prompt has 24 tokens; max_model_len=24 leaves no room"):
+        llm.generate([torch.randint(1, 256, (24,), generator=gen).tolist()], GREEDY)
+    assert not llm.has_unfinished_requests()
+    out = llm.generate([torch.randint(1, 256, (23,), generator=gen).tolist()],
+                       SamplingParams(max_tokens=5, temperature=0, ignore_eos=True, detokenize=False))
+    assert len(out[0].outputs[0].token_ids) == 1 and out[0].outputs[0].finish_reason == "length"

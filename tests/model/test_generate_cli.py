@@ -55,3 +55,43 @@ def test_default_model_runs(capsys):
     assert main(["--max-tokens", "4"]) == 0
     out, err = capsys.readouterr()
     assert "built-in tiny" in err and "generated tokens: 4" in err
+
+
+def assert_clean_error(capsys, *needles):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("qwen-generate: ")
+    for needle in needles:
+        assert needle in line
+
+
+def test_missing_prompts_file_is_a_clean_error(tiny_model_dir, tmp_path, capsys):
+    missing = str(tmp_path / "nonexistent.txt")
+    assert main(["--model", tiny_model_dir, "--prompts-file", missing]) == 2
+    assert_clean_error(capsys, missing)
+
+
+def test_directory_without_a_checkpoint_is_a_clean_error(tmp_path, capsys):
+    assert main(["--model", str(tmp_path)]) == 2
+    assert_clean_error(capsys, "config.json")
+
+
+def test_corrupt_weights_are_a_clean_error(tiny_model_dir, tmp_path, capsys):
+    for name in os.listdir(tiny_model_dir):
+        data = open(os.path.join(tiny_model_dir, name), "rb").read()
+        if name == "model.safetensors":
+            data = data[: len(data) // 2]
+        (tmp_path / name).write_bytes(data)
+    assert main(["--model", str(tmp_path)]) == 2
+    assert_clean_error(capsys, "model.safetensors")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--block-size", "0"], "block_size"),
+    (["--max-num-seqs", "0"], "max_num_seqs"),
+    (["--max-model-len", "8", "--prompt", "a prompt much longer than eight tokens"], "max_model_len=8"),
+])
+def test_bad_engine_flags_are_clean_errors(tiny_model_dir, capsys, flags, needle):
+    assert main(["--model", tiny_model_dir, "--num-blocks", "16", *flags]) == 2
+    assert_clean_error(capsys, needle)
