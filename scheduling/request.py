@@ -52,8 +52,10 @@ class Request:
     ):
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        if not prompt_token_ids:
-            raise ValueError(f"prompt_token_ids of request {request_id!r} must not be empty")
+        if isinstance(prompt_token_ids, (str, bytes)) or not prompt_token_ids:
+            raise ValueError(f"prompt_token_ids of request {request_id!r} must be a non-empty list of ints")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt_token_ids):
+            raise TypeError(f"prompt_token_ids of request {request_id!r} must hold ints (token ids)")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens of request {request_id!r} must be an int >= 1, got {max_tokens!r}")
         if isinstance(priority, bool) or not isinstance(priority, int):

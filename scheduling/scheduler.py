@@ -100,7 +100,8 @@ class Scheduler:
     # ----------------------------------------------------------------- requests
 
     def add_request(self, request: Request) -> None:
-        """Queue a new request; rejects a duplicate id or a prompt of max_model_len tokens or more."""
+        """Queue a new request; rejects a duplicate id, a prompt of max_model_len tokens or more, or a
+        request that could outgrow the whole KV cache."""
         if not isinstance(request, Request):
             raise TypeError(f"request must be a Request, got {type(request).__name__}")
         if request.request_id in self.requests:
@@ -113,6 +114,17 @@ class Scheduler:
                 f"prompt_token_ids of request {request.request_id!r} has {request.num_prompt_tokens} "
                 f"tokens; it must be shorter than max_model_len={self.config.max_model_len} "
                 "to leave room for at least one generated token"
+            )
+        # A request whose longest possible sequence needs more blocks than the
+        # whole cache has could never finish: alone, it would preempt itself
+        # forever. vLLM prevents this globally (max_model_len must fit the
+        # cache at start-up); here it is checked per request.
+        cfg = self.config
+        longest = min(request.num_prompt_tokens + request.max_tokens + cfg.num_speculative_tokens, cfg.max_model_len)
+        if -(-longest // cfg.block_size) > cfg.num_blocks - 1:
+            raise ValueError(
+                f"request {request.request_id!r} may grow to {longest} tokens, more than the KV cache holds "
+                f"({cfg.num_blocks - 1} usable blocks of {cfg.block_size}); lower max_tokens or add blocks"
             )
         if request.status is not RequestStatus.WAITING or request.num_computed_tokens:
             raise ValueError(f"request {request.request_id!r} was already scheduled once")

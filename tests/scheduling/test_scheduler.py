@@ -84,11 +84,26 @@ def test_without_chunked_prefill_a_prompt_that_does_not_fit_stops_admission():
 
 
 def test_reserve_full_prompt_needs_room_for_the_whole_prompt():
-    # 5 usable blocks of 4 tokens; a 24-token prompt needs 6 blocks in all.
-    for reserve, expected in ((True, {}), (False, {"a": 8})):
-        s = make_scheduler(max_num_batched_tokens=8, num_blocks=6, max_model_len=32, reserve_full_prompt=reserve)
+    # 8 usable blocks of 4 tokens. x decodes and holds 3 of them, leaving 5 free;
+    # a's 24-token prompt needs 6 in all, its first 8-token chunk only 2.
+    for reserve, expected in ((True, {"x": 1}), (False, {"x": 1, "a": 8})):
+        s = make_scheduler(max_num_batched_tokens=9, num_blocks=9, max_model_len=32, reserve_full_prompt=reserve)
+        s.add_request(make_request("x", 8, max_tokens=8))
+        s.update_from_output(s.schedule(), {"x": [7]})
         s.add_request(make_request("a", 24))
         assert s.schedule().num_scheduled_tokens == expected
+
+
+def test_a_request_that_could_outgrow_the_cache_is_rejected():
+    # 5 usable blocks of 4 tokens hold 20 tokens: alone, a 24-token prompt would
+    # preempt itself forever, so it is refused when it is added.
+    s = make_scheduler(max_num_batched_tokens=8, num_blocks=6, max_model_len=32)
+    with pytest.raises(ValueError, match="more than the KV cache holds"):
+        s.add_request(make_request("a", 24))
+    with pytest.raises(ValueError, match="more than the KV cache holds"):
+        s.add_request(make_request("b", 12, max_tokens=12))
+    s.add_request(make_request("c", 12, max_tokens=8))  # 20 tokens at most: fits
+    assert not s.requests.keys() - {"c"}
 
 
 def test_blocks_follow_ceil_of_computed_plus_new_plus_lookahead():
@@ -121,20 +136,21 @@ def test_fcfs_preempts_the_last_running_request():
 
 
 def test_victim_that_is_the_request_itself_stops_the_running_loop():
-    # 2 usable blocks of 2 tokens; "a" fills both, then needs a third.
-    s = make_scheduler(max_num_batched_tokens=8, block_size=2, num_blocks=3, max_model_len=16,
+    # 3 usable blocks of 2 tokens. a and b fill them; then b, last in the running
+    # list, needs a new block: under FCFS the victim is b itself, and scheduling
+    # of running requests stops there.
+    s = make_scheduler(max_num_batched_tokens=8, block_size=2, num_blocks=4, max_model_len=16,
                        reserve_full_prompt=False)
-    s.add_request(make_request("a", 2, max_tokens=5))
+    s.add_request(make_request("a", 2, max_tokens=4))
     step(s)
-    s.add_request(make_request("b", 2, max_tokens=5, arrival=1.0))
+    s.add_request(make_request("b", 2, max_tokens=4, arrival=1.0))
     out, _ = step(s)
-    assert out.num_scheduled_tokens == {"a": 1}  # a took the last block: b cannot be admitted
+    assert out.num_scheduled_tokens == {"a": 1, "b": 2}
+    assert s.num_free_blocks == 0
     out, _ = step(s)
-    assert out.num_scheduled_tokens == {"a": 1}  # still inside its second block
-    out, _ = step(s)
-    assert out.num_scheduled_tokens == {}
-    assert out.preempted_req_ids == {"a"}  # the only running request preempted itself
-    assert [r.request_id for r in s.waiting] == ["a", "b"]
+    assert out.num_scheduled_tokens == {"a": 1}  # a is still inside its second block
+    assert out.preempted_req_ids == {"b"}  # b preempted itself
+    assert [r.request_id for r in s.waiting] == ["b"]
 
 
 def test_priority_preempts_the_largest_priority_value_and_restores_its_budget():
@@ -157,9 +173,9 @@ def test_priority_victim_already_scheduled_gives_its_tokens_back():
     # running list; "high" joins behind it.
     s = make_scheduler(max_num_batched_tokens=8, block_size=2, num_blocks=4, max_model_len=16, policy="priority",
                        reserve_full_prompt=False)
-    s.add_request(make_request("low", 2, max_tokens=9, priority=9, arrival=0.0))
+    s.add_request(make_request("low", 2, max_tokens=4, priority=9, arrival=0.0))
     step(s)
-    s.add_request(make_request("high", 2, max_tokens=9, priority=0, arrival=1.0))
+    s.add_request(make_request("high", 2, max_tokens=4, priority=0, arrival=1.0))
     step(s)
     assert s.num_free_blocks == 0
     out, _ = step(s)
@@ -181,10 +197,14 @@ def test_priority_orders_the_waiting_queue():
 
 
 def test_failed_admission_is_head_of_line_under_fcfs():
-    s = make_scheduler(max_num_batched_tokens=64, block_size=4, num_blocks=5, max_model_len=64)
-    s.add_request(make_request("big", 20))  # 5 blocks: only 4 exist
+    # 6 usable blocks of 4 tokens; x holds 3 after its first decode, so "big"
+    # (20 tokens: 5 blocks) does not fit now, and "small" behind it must wait.
+    s = make_scheduler(max_num_batched_tokens=64, block_size=4, num_blocks=7, max_model_len=64)
+    s.add_request(make_request("x", 8, max_tokens=8))
+    s.update_from_output(s.schedule(), {"x": [7]})
+    s.add_request(make_request("big", 20))
     s.add_request(make_request("small", 2, arrival=1.0))
-    assert s.schedule().num_scheduled_tokens == {}
+    assert s.schedule().num_scheduled_tokens == {"x": 1}
 
 
 def test_prefix_cache_hit_is_block_aligned_and_keeps_the_last_token():
