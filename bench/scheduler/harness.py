@@ -87,7 +87,9 @@ def random_workload(rng: random.Random) -> Workload:
         budget = max(budget, max_model_len)
     spec_tokens = rng.choice([0, 0, 0, 1, 2, 3]) if budget > 4 else 0
     blocks_for_one = -(-(max_model_len + spec_tokens) // block_size)
-    num_blocks = 1 + rng.randint(max(1, blocks_for_one // 2), blocks_for_one * rng.choice([1, 2, 4]))
+    # At least room for one request of max_model_len: qwen_ops refuses a request that could
+    # outgrow the whole cache (vLLM checks the same at start-up).
+    num_blocks = 1 + rng.randint(blocks_for_one, blocks_for_one * rng.choice([1, 2, 4]))
     config = dict(
         max_num_batched_tokens=budget,
         max_num_seqs=max_num_seqs,
