@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
+from .backends import backend_chooser
 from .config import Qwen35Config
 from .forward_batch import ForwardBatch
 from .layers import apply_rope, rms_norm_zero_centred
@@ -26,7 +27,7 @@ class FullAttention:
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
         p = f"layers.{layer}.self_attn."
         self.layer = layer
-        self.backend = backend
+        self.backend = backend_chooser(backend)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -53,9 +54,10 @@ class FullAttention:
         key_cache, value_cache = caches.key_caches[self.layer], caches.value_caches[self.layer]
         k_scale, v_scale = caches.k_scales.get(self.layer), caches.v_scales.get(self.layer)
         ops.reshape_and_cache(key, value, key_cache, value_cache, batch.slot_mapping, k_scale, v_scale,
-                              backend=self.backend)
+                              backend=self.backend("reshape_and_cache"))
         out = ops.mixed_attention(query, key, value, key_cache, value_cache, batch.block_tables,
                                   batch.query_start_loc, batch.seq_lens, batch.num_decodes,
-                                  k_scale=k_scale, v_scale=v_scale, backend=self.backend)
+                                  k_scale=k_scale, v_scale=v_scale,
+                                  backend=self.backend("mixed_attention"))
         out = out.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
         return F.linear(out, self.o_w, self.o_b)

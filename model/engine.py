@@ -28,6 +28,7 @@ import torch
 
 from ..ops import kv_scales_from_absmax
 from ..scheduling import Request, Scheduler, SchedulerConfig, default_batch_limits
+from .backends import describe as describe_backends
 from .config import Qwen35Config
 from .forward_batch import ForwardBatch
 from .input_batch import InputBatch
@@ -178,7 +179,9 @@ class LLM:
             ``default_batch_limits`` for this device, offline usage, adjusted to
             that rule; ``max_num_seqs`` also shrinks to the GDN state slots the budget holds).
         enable_prefix_caching: not supported by hybrid GDN models (the scheduler raises).
-        backend: the ops backend ("torch", "triton", "ascendc"; None: by device).
+        backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
+            chosen backend does not implement run on the device's default backend
+            (``backend_summary()`` says which).
         seed: seeds the sampling of requests that have no seed of their own.
         max_model_len: longest sequence, prompt plus generated tokens (int >= 2, at most the
             config's max_position_embeddings, the default). A prompt may have at most
@@ -289,6 +292,10 @@ class LLM:
 
             self._tokenizer = TextTokenizer.for_model(self.model_dir)
         return self._tokenizer
+
+    def backend_summary(self) -> str:
+        """Which backend the model's ops run on (printed by ``qwen-generate`` at start)."""
+        return describe_backends(self.backend)
 
     def budget_summary(self) -> str:
         """One line with the limits and memory in use."""

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops
+from .backends import backend_chooser
 from .config import Qwen35Config
 from .forward_batch import ForwardBatch
 from .layers import gated_rms_norm
@@ -23,7 +24,7 @@ class GatedDeltaNet:
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
         p = f"layers.{layer}.linear_attn."
         self.layer = layer
-        self.backend = backend
+        self.backend = backend_chooser(backend)
         self.nk, self.nv = config.linear_num_key_heads, config.linear_num_value_heads
         self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
         self.key_dim, self.value_dim = config.gdn_key_dim, config.gdn_value_dim
@@ -42,19 +43,21 @@ class GatedDeltaNet:
         mixed = F.linear(x, self.qkv_w)
         z = F.linear(x, self.z_w)
         g, beta = ops.fused_gdn_gating(self.A_log, F.linear(x, self.a_w).contiguous(),
-                                       F.linear(x, self.b_w).contiguous(), self.dt_bias, backend=self.backend)
+                                       F.linear(x, self.b_w).contiguous(), self.dt_bias,
+                                       backend=self.backend("fused_gdn_gating"))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
         conv_out = []
         if nd:
             conv_out.append(ops.causal_conv1d_update(
                 mixed[:ndt], conv_states, self.conv_w, cache_indices=batch.state_indices[:nd],
-                activation="silu", backend=self.backend))
+                activation="silu", backend=self.backend("causal_conv1d_update")))
         if ndt < t:
             conv_out.append(ops.causal_conv1d_fn(
                 mixed[ndt:].contiguous(), self.conv_w, conv_states=conv_states,
                 query_start_loc=batch.prefill_query_start_loc, cache_indices=batch.state_indices[nd:],
-                has_initial_state=batch.has_initial_state[nd:], activation="silu", backend=self.backend))
+                has_initial_state=batch.has_initial_state[nd:], activation="silu",
+                backend=self.backend("causal_conv1d_fn")))
         mixed = conv_out[0] if len(conv_out) == 1 else torch.cat(conv_out)
 
         q = mixed[:, : self.key_dim].reshape(t, self.nk, self.dk)
@@ -66,7 +69,8 @@ class GatedDeltaNet:
             o, _ = ops.fused_recurrent_gated_delta_rule(
                 q[:ndt, None].contiguous(), k[:ndt, None].contiguous(), v[:ndt, None].contiguous(),
                 g[:ndt, None].contiguous(), beta[:ndt, None].contiguous(), initial_state=ssm_states,
-                ssm_state_indices=batch.state_indices[:nd], use_qk_l2norm_in_kernel=True, backend=self.backend)
+                ssm_state_indices=batch.state_indices[:nd], use_qk_l2norm_in_kernel=True,
+                backend=self.backend("fused_recurrent_gated_delta_rule"))
             outs.append(o[:, 0])
         if ndt < t:
             # Prefill chunks: packed along T, each from its saved state or from zeros.
@@ -75,7 +79,7 @@ class GatedDeltaNet:
                 g[None, ndt:].contiguous(), beta[None, ndt:].contiguous(), initial_state=ssm_states,
                 cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=batch.state_indices[nd:],
                 has_initial_state=batch.has_initial_state[nd:], use_qk_l2norm_in_kernel=True,
-                backend=self.backend)
+                backend=self.backend("chunk_gated_delta_rule"))
             outs.append(o[0])
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
         o = gated_rms_norm(o, z.view(t, self.nv, self.dv), self.norm_w, self.eps)

@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     llm.trace = args.trace
     print(f"model: {llm.model_dir} (loaded in {time.perf_counter() - start:.1f} s)", file=sys.stderr)
     print(f"budget: {llm.budget_summary()}", file=sys.stderr)
+    print(llm.backend_summary(), file=sys.stderr)
     if llm.kv_scale_source:
         print(f"INT8 KV scales: {llm.kv_scale_source}", file=sys.stderr)
 
