@@ -44,6 +44,9 @@ class SchedulerConfig:
         _require_int("num_blocks", self.num_blocks, minimum=2)  # null block + one usable
         for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_state_slots"):
             _require_int(name, getattr(self, name), minimum=0)
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "reserve_full_prompt"):
+            if type(getattr(self, name)) is not bool:  # "no" or 0 would read as a silent True/False
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         # The same consistency checks vLLM's SchedulerConfig makes.
@@ -102,8 +105,12 @@ def default_batch_limits(memory_gib: float, device_name: str, usage: str) -> tup
     """
     if usage not in ("server", "offline"):
         raise ValueError(f"usage must be 'server' or 'offline', got {usage!r}")
-    if memory_gib < 0:
-        raise ValueError(f"memory_gib must be >= 0, got {memory_gib}")
+    if isinstance(memory_gib, bool) or not isinstance(memory_gib, (int, float)):
+        raise TypeError(f"memory_gib must be a number of GiB, got {memory_gib!r}")
+    if not memory_gib >= 0:  # also refuses NaN
+        raise ValueError(f"memory_gib must be a number >= 0 (not NaN), got {memory_gib}")
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name must be a str, got {device_name!r}")
     if memory_gib >= 160:
         return 16384, 1024
     if memory_gib >= 70 and "a100" not in device_name.lower():

@@ -52,7 +52,10 @@ class Request:
     ):
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        if isinstance(prompt_token_ids, (str, bytes)) or not prompt_token_ids:
+        # Copied first: an iterator would be consumed by the checks below.
+        if not isinstance(prompt_token_ids, (str, bytes)) and hasattr(prompt_token_ids, "__iter__"):
+            prompt_token_ids = list(prompt_token_ids)
+        if not isinstance(prompt_token_ids, list) or not prompt_token_ids:
             raise ValueError(f"prompt_token_ids of request {request_id!r} must be a non-empty list of ints")
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt_token_ids):
             raise TypeError(f"prompt_token_ids of request {request_id!r} must hold ints (token ids)")
@@ -61,7 +64,7 @@ class Request:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"priority of request {request_id!r} must be an int, got {priority!r}")
         self.request_id = request_id
-        self.prompt_token_ids = list(prompt_token_ids)
+        self.prompt_token_ids = prompt_token_ids
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self.all_token_ids = list(self.prompt_token_ids)
         self.max_tokens = max_tokens

@@ -2,6 +2,7 @@
 
 import logging
 from dataclasses import dataclass, field
+from itertools import chain
 
 from .config import SchedulerConfig
 from .kv_cache_manager import KVCacheManager
@@ -51,6 +52,8 @@ class SchedulerOutput:
     block_size: int
     enable_chunked_prefill: bool = True
     num_speculative_tokens: int = 0
+    # Set by update_from_output(): a step's tokens are applied once, never twice.
+    applied: bool = field(default=False, repr=False, compare=False)
 
 
 @dataclass(slots=True)  # one is built per request per step: slots make that cheaper
@@ -167,7 +170,11 @@ class Scheduler:
 
         Drafts for a request that is mid-prefill or finished are dropped, as in vLLM.
         """
+        if not isinstance(draft_token_ids, dict):
+            raise TypeError(f"draft_token_ids must be a dict, got {type(draft_token_ids).__name__}")
         for request_id, drafts in draft_token_ids.items():
+            if type(drafts) is not list or set(map(type, drafts)) - _INT:
+                raise TypeError(f"draft_token_ids[{request_id!r}] must be a list of ints, got {drafts!r}")
             request = self.requests.get(request_id)
             if request is None:
                 continue
@@ -396,16 +403,27 @@ class Scheduler:
         """Apply the tokens sampled in a step: append them, roll back rejected drafts, stop finished requests.
 
         sampled_token_ids: per request, the accepted draft tokens followed by the one
-            sampled token (empty or absent for a request that did not sample).
+            sampled token, as a list (or tuple) of Python ints (empty or absent for a request
+            that did not sample; only requests in sampling_req_ids may get tokens).
         Returns one RequestOutput per request that got tokens or finished.
+        Raises TypeError/ValueError naming the bad sampled_token_ids[<id>] entry, and
+        ValueError when the same scheduler_output is applied a second time.
         """
         if not isinstance(sampled_token_ids, dict):
             raise TypeError(f"sampled_token_ids must be a dict, got {type(sampled_token_ids).__name__}")
+        if scheduler_output.applied:
+            raise ValueError("scheduler_output was already applied by update_from_output(); each step is applied once")
         scheduled = scheduler_output.num_scheduled_tokens
-        if not sampled_token_ids.keys() <= scheduled.keys():  # one pass in C; find the culprit only on error
-            for request_id in sampled_token_ids:
-                if request_id not in scheduled:
-                    raise ValueError(f"sampled_token_ids has request {request_id!r}, not scheduled in this step")
+        # Cheap checks first, all in C (set comparisons); the culprit is searched only when one fails.
+        try:
+            token_types = set(map(type, chain.from_iterable(sampled_token_ids.values())))
+        except TypeError:  # a value that is not a list
+            token_types = None
+        if token_types is None or not token_types <= _INT or not sampled_token_ids.keys() <= set(
+            scheduler_output.sampling_req_ids
+        ):
+            _raise_bad_sampled_token_ids(scheduler_output, sampled_token_ids)
+        scheduler_output.applied = True
         outputs = []
         stopped = []
         requests = self.requests
@@ -481,3 +499,25 @@ class Scheduler:
         self._release_resources(request)
         self._finished_req_ids.add(request.request_id)
         del self.requests[request.request_id]
+
+
+_INT = {int}
+
+
+def _raise_bad_sampled_token_ids(scheduler_output: SchedulerOutput, sampled_token_ids: dict) -> None:
+    """The slow path of update_from_output()'s checks: name the first bad entry."""
+    sampling = set(scheduler_output.sampling_req_ids)
+    for request_id, tokens in sampled_token_ids.items():
+        name = f"sampled_token_ids[{request_id!r}]"
+        if request_id not in scheduler_output.num_scheduled_tokens:
+            raise ValueError(f"{name}: request {request_id!r} was not scheduled in this step")
+        if not isinstance(tokens, (list, tuple)):
+            raise TypeError(f"{name} must be a list of ints (token ids), got {type(tokens).__name__}")
+        bad = [t for t in tokens if type(t) is not int]
+        if bad:
+            raise TypeError(f"{name} must hold ints (token ids), got {bad[0]!r} of type {type(bad[0]).__name__}")
+        if tokens and request_id not in sampling:
+            raise ValueError(
+                f"{name} has {len(tokens)} tokens, but request {request_id!r} does not sample in this step "
+                "(a partial prefill chunk); only requests in scheduler_output.sampling_req_ids get tokens"
+            )

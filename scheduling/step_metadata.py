@@ -27,7 +27,9 @@ class StepMetadata:
     """The batch of one step, decode rows first, then prefill rows.
 
     N requests and T tokens. A request is a decode when it advances exactly one
-    known token (plus any drafts) past a cursor > 0; everything else is a prefill.
+    known token (plus any drafts) past a cursor > 0; everything else is a prefill,
+    including a new 1-token prompt padded with draft placeholders (its GDN state
+    starts from zeros).
 
     req_ids: the N request ids in row order.
     query_start_loc: [N+1] int32, request i's tokens are rows query_start_loc[i]:query_start_loc[i+1].
@@ -37,7 +39,9 @@ class StepMetadata:
     slot_mapping: [T] int64, KV slot of each token: block * block_size + offset (-1: padding row).
     positions: [T] int64, position of each token in its sequence (for RoPE; 0 on padding rows).
     token_request_indices: [T] int32, which request row each token belongs to (-1: padding).
-    input_ids: [T] int64, the tokens to run (drafts included; 0 on padding rows).
+    input_ids: [T] int64, the tokens to run (drafts included; 0 on padding rows and on
+        the draft placeholder rows of a request padded to the decode shape, which the
+        scheduler marks -1 in scheduled_spec_decode_tokens).
     logits_indices: [S] int64, rows whose logits are sampled: for each request that
         samples in this step, its last row plus one row per draft token before it.
     sampling_req_ids: the requests those rows belong to, in order.
@@ -76,10 +80,19 @@ def attention_state(
     num_drafts: list[int],
     enable_chunked_prefill: bool,
 ) -> AttentionState:
-    """vLLM-Ascend's rules, first match wins (lists are per request)."""
+    """vLLM-Ascend's rules, first match wins (lists are per request).
+
+    Every request with 0 computed tokens: PrefillNoCache; else every request
+    scheduled 1 token: DecodeOnly; else (speculative decoding on) every request
+    with one valid token past its drafts: SpecDecoding; else ChunkedPrefill with
+    chunked prefill, PrefillCacheHit without. The state describes the query
+    lengths, as on Ascend; the row layout (``num_decodes``) is separate: a new
+    1-token prompt is a prefill row even in a DecodeOnly step, which the ops
+    handle either way (its key is in the cache before attention reads it).
+    """
     if not any(context_lens):
         return AttentionState.PrefillNoCache
-    if query_lens.count(1) == len(query_lens):  # all one token (count() runs in C)
+    if query_lens.count(1) == len(query_lens):  # count() runs in C
         return AttentionState.DecodeOnly
     if any(num_drafts) and all(q - d == 1 for q, d in zip(query_lens, num_drafts)):
         return AttentionState.SpecDecoding
@@ -103,6 +116,11 @@ def build_step_metadata(
     and each list becomes a tensor in one C-level conversion.
     """
     out = scheduler_output
+    if not isinstance(out, SchedulerOutput):
+        raise TypeError(f"scheduler_output must be a SchedulerOutput, got {type(out).__name__}")
+    for name, value in (("num_padded_tokens", num_padded_tokens), ("max_blocks_per_request", max_blocks_per_request)):
+        if value is not None and type(value) is not int:
+            raise TypeError(f"{name} must be None or an int, got {value!r}")
     if out.total_num_scheduled_tokens == 0:
         raise ValueError("scheduler_output schedules no tokens: there is no step to lay out")
     num_tokens = out.total_num_scheduled_tokens
@@ -165,6 +183,8 @@ def build_step_metadata(
     block_tables = _tensor(list(chain.from_iterable([t + pad[len(t) :] for t in tables])), torch.int32)
 
     input_ids = list(chain.from_iterable(map(out.token_ids.__getitem__, req_ids)))
+    if spec:  # draft placeholders (-1) run as token 0, like padding rows: embedding rejects -1
+        input_ids = [t if t >= 0 else 0 for t in input_ids]
     state_slots = list(map(out.state_slots.__getitem__, req_ids)) if out.state_slots else []
     num_decode_tokens = sum(query_lens[: len(decodes)])
     return StepMetadata(

@@ -28,8 +28,19 @@ def _broadcast(name: str, values: list[int], count: int) -> list[int]:
     if len(values) == 1:
         return values * count
     if len(values) != count:
-        raise SystemExit(f"error: --{name} needs 1 or {count} values, got {len(values)}")
+        raise ValueError(f"--{name} needs 1 or {count} values, got {len(values)}")
     return values
+
+
+def _check_args(p: argparse.ArgumentParser, args) -> None:
+    """Refuse what would otherwise be dropped silently (p.error() prints `error: ...` and exits 2)."""
+    if not args.prompts:
+        p.error("--prompts needs at least one prompt length")
+    for name in ("prompts", "outputs", "arrivals", "decoding"):
+        if any(v < 1 for v in getattr(args, name)):
+            p.error(f"--{name} values must be >= 1, got {getattr(args, name)}")
+    if args.max_steps < 1:
+        p.error(f"--max-steps must be >= 1, got {args.max_steps}")
 
 
 def parse_args(argv=None):
@@ -52,7 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--prefix-caching", action="store_true")
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--plot", metavar="FILE.png", help="also draw the steps as a stacked bar chart")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    _check_args(p, args)
+    return args
 
 
 def replay(args) -> tuple[Scheduler, list[dict]]:
@@ -77,7 +90,7 @@ def replay(args) -> tuple[Scheduler, list[dict]]:
     while any(r.num_output_tokens == 0 for r in scheduler.requests.values()):
         out = scheduler.schedule()
         if not out.total_num_scheduled_tokens:
-            raise SystemExit("error: the --decoding requests do not fit in the KV blocks")
+            raise ValueError("the --decoding requests do not fit in the KV blocks")
         scheduler.update_from_output(out, {r: [1] for r in out.sampling_req_ids})
 
     records = []
@@ -157,7 +170,7 @@ def plot(records: list[dict], budget: int, path: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        _, records = replay(args)
+        scheduler, records = replay(args)
     except (ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -165,8 +178,14 @@ def main(argv=None) -> int:
           f"block_size={args.block_size} usable_blocks={args.blocks - 1} policy={args.policy}")
     for record in records:
         print(format_record(record, args.budget))
+    if scheduler.has_unfinished_requests() or max(args.arrivals) > args.max_steps:
+        print(f"note: stopped at --max-steps {args.max_steps} before every request finished", file=sys.stderr)
     if args.plot:
-        plot(records, args.budget, args.plot)
+        try:
+            plot(records, args.budget, args.plot)
+        except (OSError, ValueError) as error:  # bad folder, unknown extension
+            print(f"error: cannot write --plot {args.plot}: {error}", file=sys.stderr)
+            return 2
         print(f"plot written to {args.plot}")
     return 0
 

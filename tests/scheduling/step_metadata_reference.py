@@ -8,7 +8,22 @@ import torch
 
 from qwen_ops.scheduling import SchedulerOutput
 from qwen_ops.scheduling.block_pool import NULL_BLOCK
-from qwen_ops.scheduling.step_metadata import StepMetadata, attention_state
+from qwen_ops.scheduling.step_metadata import AttentionState, StepMetadata
+
+
+def reference_attention_state(context_lens, query_lens, num_drafts, enable_chunked_prefill) -> AttentionState:
+    """The issue's state rules written row by row, independently of scheduling.step_metadata.
+
+    The state looks at query lengths only (as vLLM-Ascend does), not at how rows are laid out.
+    """
+    rows = list(zip(context_lens, query_lens, num_drafts))
+    if all(context == 0 for context, _, _ in rows):
+        return AttentionState.PrefillNoCache
+    if all(query == 1 for _, query, _ in rows):
+        return AttentionState.DecodeOnly
+    if any(drafts > 0 for _, _, drafts in rows) and all(query - drafts == 1 for _, query, drafts in rows):
+        return AttentionState.SpecDecoding
+    return AttentionState.ChunkedPrefill if enable_chunked_prefill else AttentionState.PrefillCacheHit
 
 
 def reference_build_step_metadata(
@@ -58,7 +73,7 @@ def reference_build_step_metadata(
         positions.extend(row_positions)
         slot_mapping.extend(table[p // block_size] * block_size + p % block_size for p in row_positions)
         token_request_indices.extend([row] * query)
-        input_ids.extend(out.token_ids[request_id])
+        input_ids.extend(max(t, 0) for t in out.token_ids[request_id])  # draft placeholder -1 runs as 0
         end = query_start_loc[-1] + query
         query_start_loc.append(end)
         if request_id in sampling:
@@ -89,5 +104,5 @@ def reference_build_step_metadata(
         num_actual_tokens=num_tokens,
         state_indices=state_indices,
         has_initial_state=torch.tensor([c > 0 for c in context_lens], dtype=torch.bool),
-        attn_state=attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill),
+        attn_state=reference_attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill),
     )

@@ -21,6 +21,9 @@ BASE = dict(max_num_batched_tokens=64, max_num_seqs=4, block_size=4, num_blocks=
         (dict(long_prefill_token_threshold=65), ValueError, "long_prefill_token_threshold"),
         (dict(num_speculative_tokens=64), ValueError, "num_speculative_tokens"),
         (dict(num_state_slots=4, enable_prefix_caching=True), ValueError, "prefix caching"),
+        (dict(enable_chunked_prefill="no"), TypeError, "enable_chunked_prefill"),
+        (dict(enable_prefix_caching=1), TypeError, "enable_prefix_caching"),
+        (dict(reserve_full_prompt=None), TypeError, "reserve_full_prompt"),
     ],
 )
 def test_bad_config_names_the_argument(overrides, error, name):
@@ -59,3 +62,18 @@ def test_scheduler_announces_its_budget(caplog):
     with caplog.at_level(logging.INFO, logger="qwen_ops.scheduling"):
         Scheduler(SchedulerConfig(**BASE))
     assert "qwen_ops scheduler: max_num_batched_tokens=64 max_num_seqs=4" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "args, error, name",
+    [
+        ((float("nan"), "x", "server"), ValueError, "memory_gib"),
+        (("80", "x", "server"), TypeError, "memory_gib"),
+        ((None, "x", "server"), TypeError, "memory_gib"),
+        ((True, "x", "server"), TypeError, "memory_gib"),
+        ((80, None, "server"), TypeError, "device_name"),
+    ],
+)
+def test_default_batch_limits_names_a_bad_argument(args, error, name):
+    with pytest.raises(error, match=name):
+        default_batch_limits(*args)

@@ -112,6 +112,13 @@ def check_invariants(s, out):
     free = set(pool.free_queue)
     assert not free & set(owners)  # a free block has no owner
     assert len(free) + len(owners) == config.num_usable_blocks
+    # A request samples iff its known tokens in this step reach the end of its sequence.
+    spec = out.scheduled_spec_decode_tokens
+    reaches_end = {
+        r for r, n in out.num_scheduled_tokens.items()
+        if out.num_computed_tokens[r] + n - len(spec.get(r, ())) == len(s.requests[r].all_token_ids)
+    }
+    assert set(out.sampling_req_ids) == reaches_end
     for request in s.requests.values():  # every request holds exactly what its cursor needs
         if request.block_ids:
             assert len(request.block_ids) * config.block_size >= request.num_computed_tokens

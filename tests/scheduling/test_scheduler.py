@@ -379,3 +379,86 @@ def test_new_and_resumed_ids_are_reported():
     s.add_request(make_request("a", 4))
     out = s.schedule()
     assert out.new_request_ids == ["a"] and out.resumed_request_ids == []
+
+
+def test_update_from_output_refuses_tokens_it_should_not_take():
+    s = make_scheduler(max_num_batched_tokens=4)
+    s.add_request(make_request("a", 10))
+    out = s.schedule()  # a 4-token chunk of a 10-token prompt: samples nothing
+    assert out.sampling_req_ids == []
+    with pytest.raises(ValueError, match=r"sampled_token_ids\['a'\].*does not sample"):
+        s.update_from_output(out, {"a": [5]})
+    assert s.requests["a"].all_token_ids == [7] * 10  # nothing was appended
+    s.update_from_output(out, {"a": []})  # empty means "no tokens": accepted
+
+    s = make_scheduler()
+    s.add_request(make_request("a", 3, max_tokens=5))
+    out = s.schedule()
+    for bad, error in [(5, TypeError), (["x"], TypeError), ([1.0], TypeError), ("ab", TypeError), ([True], TypeError)]:
+        with pytest.raises(error, match=r"sampled_token_ids\['a'\]"):
+            s.update_from_output(out, {"a": bad})
+    assert s.requests["a"].all_token_ids == [7, 7, 7]
+    s.update_from_output(out, {"a": [1]})
+    with pytest.raises(ValueError, match="already applied"):
+        s.update_from_output(out, {"a": [1]})
+    assert s.requests["a"].all_token_ids == [7, 7, 7, 1] and s.requests["a"].num_computed_tokens == 3
+
+
+def test_a_generator_prompt_is_kept():
+    r = Request("g", (t for t in [4, 5, 6]), 3)
+    assert r.prompt_token_ids == [4, 5, 6] and r.num_prompt_tokens == 3 and r.all_token_ids == [4, 5, 6]
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        Request("g", 5, 3)
+
+
+def test_update_draft_token_ids_rejects_non_lists():
+    s = make_scheduler(num_speculative_tokens=2)
+    s.add_request(make_request("a", 3, max_tokens=8))
+    step(s)
+    with pytest.raises(TypeError, match=r"draft_token_ids\['a'\]"):
+        s.update_draft_token_ids({"a": None})
+    with pytest.raises(TypeError, match="draft_token_ids"):
+        s.update_draft_token_ids([("a", [1])])
+
+
+def test_no_waiting_request_is_admitted_in_a_step_that_preempted():
+    # 4 usable blocks of 2 tokens. a (1 block) and low (2 blocks) run. Next step a
+    # takes the last free block; low needs one and preempts itself, freeing 2
+    # blocks, enough for w at the head of the queue: w still waits a step.
+    s = make_scheduler(max_num_batched_tokens=8, block_size=2, num_blocks=5, max_model_len=16, policy="priority",
+                       reserve_full_prompt=False)
+    s.add_request(make_request("a", 2, max_tokens=6, priority=0, arrival=0.0))
+    s.add_request(make_request("low", 4, max_tokens=4, priority=9, arrival=1.0))
+    step(s)
+    s.add_request(make_request("w", 1, max_tokens=4, priority=1, arrival=2.0))
+    out, _ = step(s)
+    assert out.preempted_req_ids == {"low"}
+    assert out.num_scheduled_tokens == {"a": 1}
+    assert s.num_free_blocks == 2 and s.waiting.peek().request_id == "w"
+    out, _ = step(s)
+    assert "w" in out.num_scheduled_tokens  # admitted once no step preempts
+
+
+def test_priority_victim_tie_breaks_on_the_later_arrival():
+    # Same priority: the later arrival ("late") is the victim, even though "early" is the one needing a block.
+    s = make_scheduler(max_num_batched_tokens=8, block_size=2, num_blocks=4, max_model_len=16, policy="priority",
+                       reserve_full_prompt=False)
+    s.add_request(make_request("early", 2, max_tokens=4, priority=3, arrival=0.0))
+    s.add_request(make_request("late", 2, max_tokens=4, priority=3, arrival=1.0))
+    step(s)
+    assert s.num_free_blocks == 1
+    out, _ = step(s)
+    assert out.preempted_req_ids == {"late"}
+    assert out.num_scheduled_tokens == {"early": 1}
+
+
+def test_running_request_is_capped_one_token_below_max_model_len():
+    # 13 tokens, cursor 12, 3 drafts: 4 tokens wanted, but position 15 (the last of
+    # max_model_len=16) must be left for the token the step samples: 3 are scheduled.
+    s = make_scheduler(max_model_len=16, num_speculative_tokens=3)
+    s.add_request(make_request("a", 12, max_tokens=20))
+    step(s)
+    s.update_draft_token_ids({"a": [5, 6, 7]})
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 3}
+    assert out.scheduled_spec_decode_tokens == {"a": [5, 6]}

@@ -3,8 +3,10 @@
 import pytest
 import torch
 from sched_helpers import make_request, make_scheduler, step
+from step_metadata_reference import reference_attention_state
 
 from qwen_ops.scheduling import AttentionState, build_step_metadata
+from qwen_ops.scheduling.step_metadata import attention_state
 
 
 def test_layout_puts_decodes_first_and_maps_slots():
@@ -126,3 +128,59 @@ def test_empty_step_is_refused():
     s = make_scheduler()
     with pytest.raises(ValueError, match="no tokens"):
         build_step_metadata(s.schedule())
+
+
+def test_a_padded_one_token_prompt_is_a_prefill_row_with_zero_placeholder_ids():
+    # b, a new 1-token prompt, joins the decode a padded with 2 draft placeholders (-1 in the output).
+    s = make_scheduler(num_speculative_tokens=2)
+    s.add_request(make_request("a", 4, max_tokens=10))
+    step(s)
+    s.update_draft_token_ids({"a": [3, 4]})
+    s.add_request(make_request("b", 1, max_tokens=10, arrival=1.0))
+    out = s.schedule()
+    assert out.scheduled_spec_decode_tokens == {"a": [3, 4], "b": [-1, -1]}
+    m = build_step_metadata(out, num_padded_tokens=8)
+    assert (m.num_decodes, m.num_prefills) == (1, 1)
+    assert m.attn_state is AttentionState.SpecDecoding  # one valid token per request; the state ignores rows
+    assert m.input_ids.tolist() == [1, 3, 4, 7, 0, 0, 0, 0]  # placeholders and padding run as token 0
+    assert m.has_initial_state.tolist() == [True, False]
+    assert m.logits_indices.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+A = AttentionState
+
+
+@pytest.mark.parametrize(
+    "context, query, drafts, chunked, expected",
+    [
+        ([0, 0], [3, 1], [0, 0], True, A.PrefillNoCache),  # no row has context
+        ([0, 4], [3, 1], [0, 0], True, A.ChunkedPrefill),  # one row has context
+        ([4, 0], [1, 3], [0, 0], False, A.PrefillCacheHit),  # ... the first one, chunked prefill off
+        ([4, 5], [1, 1], [0, 0], True, A.DecodeOnly),  # every row one token with context
+        ([4, 5], [1, 2], [0, 0], True, A.ChunkedPrefill),  # the last row two tokens
+        ([4, 5], [2, 1], [0, 0], False, A.PrefillCacheHit),  # the first row two tokens
+        ([4, 0], [1, 1], [0, 0], True, A.DecodeOnly),  # every query one token, a new prompt included
+        ([4, 5], [3, 2], [2, 1], True, A.SpecDecoding),  # every row one valid token plus drafts
+        ([4, 5], [3, 1], [2, 0], True, A.SpecDecoding),  # a row without drafts is still a decode
+        ([4, 5], [3, 3], [2, 1], True, A.ChunkedPrefill),  # the last row has two valid tokens
+        ([4, 5], [3, 3], [1, 2], False, A.PrefillCacheHit),  # the first row has two valid tokens
+        ([4, 0], [3, 3], [2, 2], True, A.SpecDecoding),  # one valid token each, a padded new prompt included
+    ],
+)
+def test_attention_state_rule_boundaries(context, query, drafts, chunked, expected):
+    assert attention_state(context, query, drafts, chunked) is expected
+    assert reference_attention_state(context, query, drafts, chunked) is expected
+
+
+def test_bad_arguments_are_named():
+    s = make_scheduler()
+    s.add_request(make_request("a", 3))
+    out = s.schedule()
+    with pytest.raises(TypeError, match="scheduler_output"):
+        build_step_metadata(None)
+    with pytest.raises(TypeError, match="num_padded_tokens"):
+        build_step_metadata(out, num_padded_tokens=5.5)
+    with pytest.raises(TypeError, match="max_blocks_per_request"):
+        build_step_metadata(out, max_blocks_per_request=2.5)
+    with pytest.raises(ValueError, match="num_padded_tokens"):
+        build_step_metadata(out, num_padded_tokens=-1)

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from qwen_ops.scheduling.trace import main
 
 README_EXAMPLE = ["--decoding", "4", "--prompts", "12", "--outputs", "3", "--budget", "6"]
@@ -36,3 +38,41 @@ def test_bad_arguments_are_reported():
     result = subprocess.run([sys.executable, "-m", "qwen_ops.scheduling.trace", "--prompts", "x", "--budget", "4"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--prompts" in result.stderr
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "qwen_ops.scheduling.trace", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        (["--prompts", ",,", "--budget", "4"], "--prompts"),
+        (["--prompts", "3", "--arrivals", "0", "--budget", "4"], "--arrivals"),
+        (["--prompts", "3,4", "--outputs", "1,2,3", "--budget", "4"], "--outputs"),
+        (["--prompts", "3", "--budget", "4", "--max-steps", "0"], "--max-steps"),
+    ],
+)
+def test_bad_arguments_exit_2_with_an_error_line(args, name, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        status = main(args)
+        raise SystemExit(status)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and name in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["missing-folder/trace.png", "trace.unknownext"])
+def test_an_unwritable_plot_is_an_error_not_a_traceback(tmp_path, name):
+    result = _run(*README_EXAMPLE, "--plot", str(tmp_path / name))
+    assert result.returncode == 2
+    assert "error: cannot write --plot" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_run_cut_by_max_steps_says_so(capsys):
+    assert main(["--prompts", "30", "--budget", "4", "--max-steps", "2"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3  # header and two steps
+    assert "note: stopped at --max-steps 2" in captured.err
+    assert main(README_EXAMPLE) == 0
+    assert "note:" not in capsys.readouterr().err
