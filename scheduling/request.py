@@ -63,6 +63,19 @@ class Request:
             raise ValueError(f"max_tokens of request {request_id!r} must be an int >= 1, got {max_tokens!r}")
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise TypeError(f"priority of request {request_id!r} must be an int, got {priority!r}")
+        if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)):
+            raise TypeError(f"eos_token_id of request {request_id!r} must be an int or None, got {eos_token_id!r}")
+        if not isinstance(stop_token_ids, (str, bytes)) and hasattr(stop_token_ids, "__iter__"):
+            stop_token_ids = tuple(stop_token_ids)  # an iterator would be consumed by the check
+        if not isinstance(stop_token_ids, tuple) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in stop_token_ids):
+            raise TypeError(f"stop_token_ids of request {request_id!r} must be a collection of ints, "
+                            f"got {stop_token_ids!r}")
+        if arrival_time is not None and (isinstance(arrival_time, bool)
+                                         or not isinstance(arrival_time, (int, float))):
+            raise TypeError(f"arrival_time of request {request_id!r} must be a number, got {arrival_time!r}")
+        if not isinstance(ignore_eos, bool):
+            raise TypeError(f"ignore_eos of request {request_id!r} must be a bool, got {ignore_eos!r}")
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self.num_prompt_tokens = len(self.prompt_token_ids)

@@ -462,3 +462,11 @@ def test_running_request_is_capped_one_token_below_max_model_len():
     out = s.schedule()
     assert out.num_scheduled_tokens == {"a": 3}
     assert out.scheduled_spec_decode_tokens == {"a": [5, 6]}
+
+
+@pytest.mark.parametrize("field, value", [("eos_token_id", "2"), ("stop_token_ids", 5), ("stop_token_ids", "12"),
+                                          ("stop_token_ids", [1, "2"]), ("arrival_time", "now"),
+                                          ("ignore_eos", "yes")])
+def test_request_rejects_mistyped_fields(field, value):
+    with pytest.raises(TypeError, match=field):
+        Request("a", [1, 2, 3], 4, **{field: value})
