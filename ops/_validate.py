@@ -137,6 +137,15 @@ def disjoint(op: str, a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor
         raise ValueError(f"{op}: arguments '{a_name}' and '{b_name}' share memory; they must be separate tensors")
 
 
+def int8_scale(op: str, name: str, s, num_kv_heads: int, head_dim: int, *, values: bool = True) -> None:
+    """A per-channel INT8 scale: float32 [Hkv, D], finite and > 0 everywhere."""
+    tensor(op, name, s, dtypes=(torch.float32,), shape=(num_kv_heads, head_dim),
+           layout=f"[Hkv, D] = [{num_kv_heads}, {head_dim}]")
+    # inf would dequantize 0 * inf = nan: reject it with the non-positive ones.
+    if values and not bool((torch.isfinite(s) & (s > 0)).all()):
+        raise ValueError(f"{op}: argument '{name}' must be finite and > 0 everywhere")
+
+
 def kv_scales(op: str, cache_dtype: torch.dtype, k_scale, v_scale, num_kv_heads: int, head_dim: int,
               *, values: bool = True) -> None:
     """INT8 caches need float32 [Hkv, D] scales, finite and > 0; float caches take none."""
@@ -144,10 +153,7 @@ def kv_scales(op: str, cache_dtype: torch.dtype, k_scale, v_scale, num_kv_heads:
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
             if s is None:
                 raise ValueError(f"{op}: an int8 KV cache needs '{name}' (float32 [Hkv, D] = [{num_kv_heads}, {head_dim}])")
-            tensor(op, name, s, dtypes=(torch.float32,), shape=(num_kv_heads, head_dim), layout="[Hkv, D]")
-            # inf would dequantize 0 * inf = nan: reject it with the non-positive ones.
-            if values and not bool((torch.isfinite(s) & (s > 0)).all()):
-                raise ValueError(f"{op}: argument '{name}' must be finite and > 0 everywhere")
+            int8_scale(op, name, s, num_kv_heads, head_dim, values=values)
     else:
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
             if s is not None:

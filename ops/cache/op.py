@@ -92,15 +92,11 @@ def kv_scales_from_absmax(x: torch.Tensor) -> torch.Tensor:
     return (amax / 127.0).clamp_min(1e-8)
 
 
-def _check_scale_for(op: str, x: torch.Tensor, scale) -> None:
+def _check_scale_for(op: str, x_name: str, x: torch.Tensor, scale) -> None:
     if x.dim() < 2:
-        raise ValueError(f"{op}: argument '{'x' if op == 'quantize_int8' else 'q'}' must be [..., Hkv, D], "
-                         f"got shape {tuple(x.shape)}")
-    hkv, d = x.shape[-2:]
-    check.tensor(op, "scale", scale, dtypes=(torch.float32,), shape=(hkv, d), layout=f"[Hkv, D] = [{hkv}, {d}]")
-    check.same_device(op, x=x, scale=scale)
-    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
-        raise ValueError(f"{op}: argument 'scale' must be finite and > 0 everywhere")
+        raise ValueError(f"{op}: argument '{x_name}' must be [..., Hkv, D], got shape {tuple(x.shape)}")
+    check.int8_scale(op, "scale", scale, *x.shape[-2:])
+    check.same_device(op, **{x_name: x, "scale": scale})
 
 
 def quantize_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -114,7 +110,7 @@ def quantize_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         (NaN -> 0, +inf -> 127, -inf -> -128).
     """
     check.tensor("quantize_int8", "x", x, dtypes=check.FLOAT_DTYPES)
-    _check_scale_for("quantize_int8", x, scale)
+    _check_scale_for("quantize_int8", "x", x, scale)
     return reference.quantize_int8(x, scale)
 
 
@@ -127,5 +123,5 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         float32 [..., Hkv, D].
     """
     check.tensor("dequantize_int8", "q", q, dtypes=(torch.int8,))
-    _check_scale_for("dequantize_int8", q, scale)
+    _check_scale_for("dequantize_int8", "q", q, scale)
     return reference.dequantize_int8(q, scale)
