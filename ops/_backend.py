@@ -86,12 +86,13 @@ def _triton_importable() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _ascendc_extension():
+def _ascendc_target() -> str | None:
+    """"cpu-standin" or "cann" when qwen_ops._C has the Ascend C kernels, else None (read once)."""
     try:
         from qwen_ops import _C
     except ImportError:
         return None
-    return _C if hasattr(_C, "ascendc_kernels") else None
+    return _C.build_info()["ascendc_target"] if hasattr(_C, "ascendc_kernels") else None
 
 
 def _is_npu(device: torch.device) -> bool:
@@ -107,7 +108,7 @@ def available_backends() -> list[str]:
     found = ["torch"]
     if _triton_importable():
         found.append("triton")
-    if _ascendc_extension() is not None:
+    if _ascendc_target() is not None:
         found.append("ascendc")
     return found
 
@@ -125,10 +126,9 @@ def _can_serve(backend: str, device: torch.device) -> str | None:
             return f"Triton cannot run tensors on device type {device.type!r}"
         return None
     if backend == "ascendc":
-        ext = _ascendc_extension()
-        if ext is None:
+        target = _ascendc_target()
+        if target is None:
             return "qwen_ops._C was built without Ascend C kernels"
-        target = ext.build_info()["ascendc_target"]
         if device.type == "cpu" and target == "cpu-standin":
             return None
         if _is_npu(device) and target == "cann":
