@@ -87,7 +87,7 @@ class InputBatch:
         out = scheduler_output
         for request_id in chain(out.finished_req_ids, out.preempted_req_ids):
             self.remove(request_id)
-        for request_id in chain(out.new_request_ids, out.resumed_request_ids):
+        for request_id in chain(out.new_req_ids, out.resumed_req_ids):
             params, generator = sampling_state(request_id)
             self._add(request_id, out.num_computed_tokens[request_id],
                       out.state_slots.get(request_id, NO_STATE_SLOT), params, generator)

@@ -47,11 +47,11 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "triton": "attention.triton_mixed:mixed_attention",
     },
     "chunk_gated_delta_rule": {
-        "torch": "gdn.chunk:chunk_gated_delta_rule",
+        "torch": "gdn.reference_chunk:chunk_gated_delta_rule",
         "triton": "gdn.triton_chunk:chunk_gated_delta_rule",
     },
     "fused_recurrent_gated_delta_rule": {
-        "torch": "gdn.naive:fused_recurrent_gated_delta_rule",
+        "torch": "gdn.reference_recurrent:fused_recurrent_gated_delta_rule",
         "triton": "gdn.triton_recurrent:fused_recurrent_gated_delta_rule",
         "ascendc": "ascendc_backend:fused_recurrent_gated_delta_rule",
     },
@@ -65,7 +65,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "ascendc": "ascendc_backend:causal_conv1d_update",
     },
     "fused_gdn_gating": {
-        "torch": "gdn.gating:fused_gdn_gating",
+        "torch": "gdn.reference_gating:fused_gdn_gating",
         "triton": "gdn.triton_gating:fused_gdn_gating",
     },
 }

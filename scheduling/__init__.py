@@ -2,13 +2,13 @@
 
 from .config import SchedulerConfig, default_batch_limits
 from .request import Request, RequestStatus
-from .scheduler import RequestOutput, Scheduler, SchedulerOutput
+from .scheduler import EngineCoreOutput, Scheduler, SchedulerOutput
 from .step_metadata import AttentionState, StepMetadata, build_step_metadata
 
 __all__ = [
     "AttentionState",
     "Request",
-    "RequestOutput",
+    "EngineCoreOutput",
     "RequestStatus",
     "Scheduler",
     "SchedulerConfig",

@@ -28,8 +28,8 @@ class SchedulerOutput:
     state_slots: GDN state slot of each request (hybrid models only).
     sampling_req_ids: requests that sample a token in this step (their cursor reaches
         num_tokens); a partial prefill chunk samples none.
-    new_request_ids: requests admitted for the first time in this step.
-    resumed_request_ids: preempted requests readmitted in this step.
+    new_req_ids: requests admitted for the first time in this step.
+    resumed_req_ids: preempted requests readmitted in this step.
     preempted_req_ids: requests preempted in this step.
     finished_req_ids: requests that finished or were aborted since the previous step.
     """
@@ -43,8 +43,8 @@ class SchedulerOutput:
     scheduled_spec_decode_tokens: dict[str, list[int]]
     state_slots: dict[str, int]
     sampling_req_ids: list[str]
-    new_request_ids: list[str]
-    resumed_request_ids: list[str]
+    new_req_ids: list[str]
+    resumed_req_ids: list[str]
     preempted_req_ids: set[str]
     finished_req_ids: set[str]
     num_free_blocks: int
@@ -57,7 +57,7 @@ class SchedulerOutput:
 
 
 @dataclass(slots=True)  # one is built per request per step: slots make that cheaper
-class RequestOutput:
+class EngineCoreOutput:
     """What one step produced for one request."""
 
     request_id: str
@@ -384,8 +384,8 @@ class Scheduler:
             scheduled_spec_decode_tokens=spec_tokens,
             state_slots=state_slots,
             sampling_req_ids=sampling,
-            new_request_ids=new_ids,
-            resumed_request_ids=resumed_ids,
+            new_req_ids=new_ids,
+            resumed_req_ids=resumed_ids,
             preempted_req_ids={r.request_id for r in preempted},
             finished_req_ids=finished,
             num_free_blocks=self.kv_cache.num_free_blocks,
@@ -399,13 +399,13 @@ class Scheduler:
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, sampled_token_ids: dict[str, list[int]]
-    ) -> list[RequestOutput]:
+    ) -> list[EngineCoreOutput]:
         """Apply the tokens sampled in a step: append them, roll back rejected drafts, stop finished requests.
 
         sampled_token_ids: per request, the accepted draft tokens followed by the one
             sampled token, as a list (or tuple) of Python ints (empty or absent for a request
             that did not sample; only requests in sampling_req_ids may get tokens).
-        Returns one RequestOutput per request that got tokens or finished.
+        Returns one EngineCoreOutput per request that got tokens or finished.
         Raises TypeError/ValueError naming the bad sampled_token_ids[<id>] entry, and
         ValueError when the same scheduler_output is applied a second time.
         """
@@ -452,10 +452,10 @@ class Scheduler:
                 # Blocks filled by accepted drafts are known tokens now.
                 self.kv_cache.cache_blocks(request, request.num_computed_tokens)
             if request.status is running_status:
-                outputs.append(RequestOutput(request_id, new_tokens))
+                outputs.append(EngineCoreOutput(request_id, new_tokens))
             else:
                 reason = request.status.finish_reason
-                outputs.append(RequestOutput(request_id, new_tokens, True, reason, request.stop_reason))
+                outputs.append(EngineCoreOutput(request_id, new_tokens, True, reason, request.stop_reason))
                 stopped.append(request)
         if stopped:
             gone = set(map(id, stopped))

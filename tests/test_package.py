@@ -53,7 +53,7 @@ def test_available_backends():
 
 def test_cpu_default_is_torch_and_env_overrides(monkeypatch):
     torch_impl = _backend.resolve("fused_gdn_gating", None, torch.device("cpu"))
-    assert torch_impl.__module__.endswith("gdn.gating")
+    assert torch_impl.__module__.endswith("gdn.reference_gating")
     monkeypatch.setenv("QWEN_OPS_BACKEND", "no-such-backend")
     with pytest.raises(ops.BackendError, match="unknown backend 'no-such-backend'"):
         _backend.resolve("fused_gdn_gating", None, torch.device("cpu"))

@@ -1,6 +1,6 @@
 """Triton ``chunk_gated_delta_rule``: the delta rule over chunks of 64 tokens.
 
-The algorithm is the one of ``ops/gdn/chunk.py``. Within a chunk of L <= 64
+The algorithm is the one of ``ops/gdn/reference_chunk.py``. Within a chunk of L <= 64
 tokens of one (sequence, value head), with ``G`` the inclusive cumulative sum
 of g and ``Gam = exp(G)``:
 

@@ -378,7 +378,7 @@ def test_new_and_resumed_ids_are_reported():
     s = make_scheduler()
     s.add_request(make_request("a", 4))
     out = s.schedule()
-    assert out.new_request_ids == ["a"] and out.resumed_request_ids == []
+    assert out.new_req_ids == ["a"] and out.resumed_req_ids == []
 
 
 def test_update_from_output_refuses_tokens_it_should_not_take():

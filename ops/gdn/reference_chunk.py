@@ -1,6 +1,6 @@
 """Torch reference of the gated delta rule in chunked (WY) form, chunk size 64.
 
-Contract (the same as ``naive.py``, the golden): per sequence and value head,
+Contract (the same as ``reference_recurrent.py``, the golden): per sequence and value head,
 state S [Dk, Dv] float32, for each token t
 
     S = S * exp(g_t);  S = S + outer(k_t, beta_t * (v_t - S^T k_t));  o_t = S^T (scale * q_t).
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from .naive import run_per_sequence
+from .reference_recurrent import run_per_sequence
 
 CHUNK_SIZE = 64
 
@@ -92,8 +92,8 @@ def chunked_sequence(q, k, v, g, beta, state):
 
 
 def chunk_gated_delta_rule(**op_arguments):
-    """Gated delta rule in chunked form (chunk size 64), float32; equals ``naive`` up to rounding.
+    """Gated delta rule in chunked form (chunk size 64), float32; equals ``reference_recurrent`` up to rounding.
 
-    Arguments, shapes and result as ``run_per_sequence`` (in ``naive.py``).
+    Arguments, shapes and result as ``run_per_sequence`` (in ``reference_recurrent.py``).
     """
     return run_per_sequence(chunked_sequence, **op_arguments)

@@ -7,7 +7,7 @@ Per sequence and value head, with state S [Dk, Dv] in float32, for each token t:
     o_t = S^T (scale * q_t)                         # read
 
 This file also holds ``run_per_sequence``, the driver shared with the chunked
-reference (``chunk.py``): it splits the batch or the packed tokens into
+reference (``reference_chunk.py``): it splits the batch or the packed tokens into
 sequences, prepares float32 operands (l2norm, key heads repeated for value
 heads, scale folded into q), picks each sequence's initial state (plain,
 pool row, zeros, or padding) and writes final states back. The two references
