@@ -149,6 +149,57 @@ template <typename T> inline T FromF(float v) { return static_cast<T>(v); }
 template <> inline half FromF<half>(float v) { return half(v); }
 template <> inline int32_t FromF<int32_t>(float v) { return static_cast<int32_t>(v); }
 
+// Where each TPosition lives on Ascend 910B (A2/A3), with its capacity and the
+// alignment of a buffer's start.
+struct MemInfo {
+  uint8_t kind;
+  uint32_t usable;
+  uint32_t align;
+  const char* name;
+};
+inline const MemInfo& MemInfoOf(uint8_t kind) {
+  static const MemInfo table[MEM_COUNT] = {
+      {MEM_UB, kUbUsableBytes, 32u, "the unified buffer (UB)"},
+      {MEM_L1, kL1Bytes, 32u, "L1"},
+      {MEM_L0A, kL0ABytes, 512u, "L0A"},
+      {MEM_L0B, kL0BBytes, 512u, "L0B"},
+      {MEM_L0C, kL0CBytes, 64u, "L0C"},
+  };
+  return table[kind];
+}
+inline const char* PositionName(AscendC::TPosition p) {
+  switch (p) {
+    case AscendC::TPosition::GM: return "GM";
+    case AscendC::TPosition::A1: return "A1";
+    case AscendC::TPosition::A2: return "A2";
+    case AscendC::TPosition::B1: return "B1";
+    case AscendC::TPosition::B2: return "B2";
+    case AscendC::TPosition::C1: return "C1";
+    case AscendC::TPosition::C2: return "C2";
+    case AscendC::TPosition::CO1: return "CO1";
+    case AscendC::TPosition::CO2: return "CO2";
+    case AscendC::TPosition::VECIN: return "VECIN";
+    case AscendC::TPosition::VECOUT: return "VECOUT";
+    case AscendC::TPosition::VECCALC: return "VECCALC";
+    default: return "?";
+  }
+}
+inline const MemInfo& PositionMemory(const char* call, AscendC::TPosition p) {
+  switch (p) {
+    case AscendC::TPosition::VECIN:
+    case AscendC::TPosition::VECOUT:
+    case AscendC::TPosition::VECCALC: return MemInfoOf(MEM_UB);
+    case AscendC::TPosition::A1:
+    case AscendC::TPosition::B1: return MemInfoOf(MEM_L1);
+    case AscendC::TPosition::A2: return MemInfoOf(MEM_L0A);
+    case AscendC::TPosition::B2: return MemInfoOf(MEM_L0B);
+    case AscendC::TPosition::CO1: return MemInfoOf(MEM_L0C);
+    default:
+      Fail(call, "TPosition::%s is not modelled by the stand-in (GM is not an on-chip buffer; C1/C2/CO2 are not "
+           "used by this project's kernels)", PositionName(p));
+  }
+}
+
 inline const char* SlotStateName(uint8_t s) {
   switch (s) {
     case SLOT_FREE: return "freed";
@@ -164,6 +215,8 @@ namespace AscendC {
 
 inline int64_t GetBlockIdx() { return qwen_sim::Core()->blockIdx; }
 inline int64_t GetBlockNum() { return qwen_sim::Core()->blockNum; }
+inline int64_t GetSubBlockIdx() { return qwen_sim::Core()->subBlockIdx; }
+inline int64_t GetSubBlockNum() { return qwen_sim::Core()->subBlockNum; }
 
 // ============================================================ tensors
 
@@ -188,9 +241,13 @@ class LocalTensor {
       qwen_sim::Fail(call, "touches a LocalTensor after FreeTensor returned its buffer to the queue");
     if (s.state == qwen_sim::SLOT_QUEUED)
       qwen_sim::Fail(call, "touches a LocalTensor that is enqueued (EnQue'd but not DeQue'd yet)");
-    return reinterpret_cast<T*>(c->ub + s.offset + off_);
+    return reinterpret_cast<T*>(c->mem[s.mem] + s.offset + off_);
   }
+  // Byte offset from the start of the tensor's memory (the unified buffer, L1, L0A, ...).
   uint32_t UbOffset() const { return qwen_sim::Core()->slots[slot_].offset + off_; }
+  uint8_t Mem() const { return qwen_sim::Core()->slots[slot_].mem; }
+  TPosition GetPosition() const { return pos_; }
+  TPosition pos_ = TPosition::VECCALC;  // the queue/TBuf position it came from
 
   // --- the API
   T GetValue(const uint32_t offset) const {
@@ -227,6 +284,7 @@ class LocalTensor {
     r.slot_ = slot_;
     r.gen_ = gen_;
     r.off_ = off_;
+    r.pos_ = pos_;
     r.count_ = static_cast<uint32_t>((static_cast<uint64_t>(count_) * sizeof(T)) / sizeof(U));
     return r;
   }
@@ -302,6 +360,7 @@ class TQue {
         t.gen_ = s.gen;
         t.off_ = 0;
         t.count_ = s.bytes / static_cast<uint32_t>(sizeof(T));
+        t.pos_ = pos;
         return t;
       }
     }
@@ -341,6 +400,7 @@ class TQue {
     t.gen_ = s.gen;
     t.off_ = 0;
     t.count_ = s.bytes / static_cast<uint32_t>(sizeof(T));
+    t.pos_ = pos;
     return t;
   }
 
@@ -380,6 +440,7 @@ class TBuf {
     t.slot_ = slot_;
     t.gen_ = s.gen;
     t.count_ = len;
+    t.pos_ = pos;
     return t;
   }
   template <typename T>
@@ -401,6 +462,7 @@ class TPipe {
     qwen_sim::CoreState* c = qwen_sim::Core();
     c->pipeAlive = 0;
     c->ubUsed = 0;
+    for (uint32_t m = 0; m < qwen_sim::MEM_COUNT; ++m) c->memUsed[m] = 0;
     c->numSlots = 0;
   }
 
@@ -414,7 +476,7 @@ class TPipe {
     que.firstSlot_ = static_cast<int32_t>(c->numSlots);
     que.num_ = num;
     que.id_ = c->nextQueueId++;
-    for (uint32_t i = 0; i < num; ++i) Carve(len, qwen_sim::SLOT_FREE, que.id_);
+    for (uint32_t i = 0; i < num; ++i) Carve(pos, len, qwen_sim::SLOT_FREE, que.id_);
     return true;
   }
 
@@ -422,7 +484,7 @@ class TPipe {
   bool InitBuffer(TBuf<pos>& buf, uint32_t len) {
     qwen_sim::PollAbort();
     if (buf.slot_ >= 0) qwen_sim::Fail("TPipe::InitBuffer", "initialises the same TBuf twice");
-    buf.slot_ = Carve(len, qwen_sim::SLOT_CALC, -1);
+    buf.slot_ = Carve(pos, len, qwen_sim::SLOT_CALC, -1);
     return true;
   }
 
@@ -432,27 +494,45 @@ class TPipe {
   void Reset() { Destroy(); qwen_sim::Core()->pipeAlive = 1; }
 
  private:
-  int32_t Carve(uint32_t len, uint8_t state, int32_t owner) {
+  int32_t Carve(TPosition pos, uint32_t len, uint8_t state, int32_t owner) {
     qwen_sim::CoreState* c = qwen_sim::Core();
     if (len == 0) qwen_sim::Fail("TPipe::InitBuffer", "a buffer of 0 bytes");
-    const uint64_t bytes = (static_cast<uint64_t>(len) + 31u) / 32u * 32u;  // buffers start 32-byte aligned
-    if (c->ubUsed + bytes > qwen_sim::kUbUsableBytes)
-      qwen_sim::Fail("TPipe::InitBuffer",
-                     "unified buffer overflow: %llu more bytes with %u already in use exceeds the %u bytes "
-                     "(184 KB of 192 KB) usable per core on Ascend 910B",
-                     static_cast<unsigned long long>(bytes), c->ubUsed, qwen_sim::kUbUsableBytes);
+    const qwen_sim::MemInfo& mi = qwen_sim::PositionMemory("TPipe::InitBuffer", pos);
+    if (c->mem[mi.kind] == nullptr)
+      qwen_sim::Fail("TPipe::InitBuffer", "TPosition::%s is %s, which %s does not have (%s)", qwen_sim::PositionName(pos),
+                     mi.name, c->kind == qwen_sim::CORE_AIC ? "a cube core (AIC)" : "a vector core (AIV)",
+                     c->kind == qwen_sim::CORE_AIC ? "the unified buffer belongs to the AIVs"
+                                                   : "L1 and L0A/L0B/L0C belong to the cube cores: a kernel that "
+                                                     "uses them is KERNEL_TYPE_AIC_ONLY or MIX");
+    // Buffers start aligned as the memory requires and take whole alignment units.
+    const uint64_t bytes = (static_cast<uint64_t>(len) + mi.align - 1) / mi.align * mi.align;
+    const uint32_t used = c->memUsed[mi.kind];
+    if (used + bytes > mi.usable) {
+      if (mi.kind == qwen_sim::MEM_UB)
+        qwen_sim::Fail("TPipe::InitBuffer",
+                       "unified buffer overflow: %llu more bytes with %u already in use exceeds the %u bytes "
+                       "(184 KB of 192 KB) usable per core on Ascend 910B",
+                       static_cast<unsigned long long>(bytes), used, qwen_sim::kUbUsableBytes);
+      qwen_sim::Fail("TPipe::InitBuffer", "%s overflow: %llu more bytes with %u already in use exceeds its %u bytes",
+                     mi.name, static_cast<unsigned long long>(bytes), used, mi.usable);
+    }
     if (c->numSlots >= qwen_sim::kMaxSlots) qwen_sim::Fail("TPipe::InitBuffer", "too many buffers");
     qwen_sim::Slot& s = c->slots[c->numSlots];
-    s.offset = c->ubUsed;
+    s.offset = used;
     s.bytes = static_cast<uint32_t>(bytes);
     s.gen = 1;
     s.state = state;
+    s.mem = mi.kind;
+    s.mmadUnitFlag = 0xff;
     s.owner = owner;
-    // Fresh unified buffer holds garbage on the device: poison it (NaN for
+    // Fresh on-chip memory holds garbage on the device: poison it (NaN for
     // half/float, -1 for integers) so that reads of unwritten data show up.
-    __builtin_memset(c->ub + s.offset, 0xff, bytes);
-    c->ubUsed += static_cast<uint32_t>(bytes);
-    qwen_sim::NoteUbUse(c->ubUsed);
+    __builtin_memset(c->mem[mi.kind] + s.offset, 0xff, bytes);
+    c->memUsed[mi.kind] = used + static_cast<uint32_t>(bytes);
+    if (mi.kind == qwen_sim::MEM_UB) {
+      c->ubUsed = c->memUsed[mi.kind];
+      qwen_sim::NoteUbUse(c->ubUsed);
+    }
     return static_cast<int32_t>(c->numSlots++);
   }
 };
@@ -471,9 +551,32 @@ template <HardEvent event> inline void WaitFlag(int32_t) { qwen_sim::PollAbort()
 // ============================================================ operand checks
 namespace qwen_sim {
 
+// An operand of any on-chip memory: alive, `count` elements in the tensor, its
+// start aligned to `align` bytes of its memory.
+template <typename T>
+inline T* OnChip(const char* call, const char* role, const AscendC::LocalTensor<T>& t, uint64_t count, uint32_t align) {
+  T* p = t.Ptr(call);
+  if (t.UbOffset() % align != 0)
+    Fail(call, "%s starts at byte %u of %s, not %u-byte aligned", role, t.UbOffset(), MemInfoOf(t.Mem()).name, align);
+  if (count > t.count_)
+    Fail(call, "%s: %llu elements requested but the tensor holds %u from its start", role,
+         static_cast<unsigned long long>(count), t.count_);
+  return p;
+}
+
+// An operand that must lie in `mem` (the vector unit reads and writes only the unified buffer).
+template <typename T>
+inline void InMemory(const char* call, const char* role, const AscendC::LocalTensor<T>& t, uint8_t mem,
+                     const char* why) {
+  t.Ptr(call);
+  if (t.Mem() != mem)
+    Fail(call, "%s is in %s (TPosition::%s); %s", role, MemInfoOf(t.Mem()).name, PositionName(t.pos_), why);
+}
+
 template <typename T>
 inline T* Operand(const char* call, const char* role, const AscendC::LocalTensor<T>& t, uint64_t count) {
   T* p = t.Ptr(call);
+  InMemory(call, role, t, MEM_UB, "this operation works on the unified buffer only");
   if (t.UbOffset() % kBlockBytes != 0)
     Fail(call, "%s starts at unified-buffer byte %u, not 32-byte aligned", role, t.UbOffset());
   if (count > t.count_)
@@ -907,16 +1010,26 @@ template <typename T>
 inline void CopyBytes(T* dst, const T* src, uint64_t bytes) {
   __builtin_memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
 }
+// Destination of a GM-> copy: the unified buffer (MTE2 to a vector core) or L1
+// (MTE2 to a cube core, ND as it is; Nd2NzParams converts to NZ on the way).
+template <typename T>
+inline T* GmInDst(const char* call, const LocalTensor<T>& t, uint64_t count) {
+  t.Ptr(call);
+  if (t.Mem() == qwen_sim::MEM_L1) return qwen_sim::OnChip(call, "dst", t, count, qwen_sim::kBlockBytes);
+  return qwen_sim::Operand(call, "dst", t, count);
+}
+inline const char* GmInName(uint8_t mem) { return mem == qwen_sim::MEM_L1 ? "GM->L1" : "GM->UB"; }
 }  // namespace detail
 
 // --- count form: calCount * sizeof(T) must be a whole number of 32-byte blocks.
 template <typename T>
 inline void DataCopy(const LocalTensor<T>& dstLocal, const GlobalTensor<T>& srcGlobal, const uint32_t calCount) {
   const uint64_t bytes = static_cast<uint64_t>(calCount) * sizeof(T);
+  dstLocal.Ptr("DataCopy");
   if (bytes % qwen_sim::kBlockBytes != 0)
-    qwen_sim::Fail("DataCopy", "GM->UB length %llu bytes is not a multiple of 32 bytes (use DataCopyPad)",
-                   static_cast<unsigned long long>(bytes));
-  T* d = qwen_sim::Operand("DataCopy", "dst", dstLocal, calCount);
+    qwen_sim::Fail("DataCopy", "%s length %llu bytes is not a multiple of 32 bytes (use DataCopyPad)",
+                   detail::GmInName(dstLocal.Mem()), static_cast<unsigned long long>(bytes));
+  T* d = detail::GmInDst("DataCopy", dstLocal, calCount);
   const T* s = srcGlobal.Range("DataCopy", 0, calCount, false);
   detail::CopyBytes(d, s, bytes);
 }
@@ -950,7 +1063,7 @@ inline void DataCopy(const LocalTensor<T>& dstLocal, const GlobalTensor<T>& srcG
   if (p.blockLen == 0) qwen_sim::Fail("DataCopy", "blockLen 0 (it counts 32-byte datablocks)");
   const uint64_t len = static_cast<uint64_t>(p.blockLen) * 32u;
   const uint64_t ubSpan = (static_cast<uint64_t>(p.blockCount) * (p.blockLen + p.dstStride) - p.dstStride) * 32u;
-  uint8_t* d = reinterpret_cast<uint8_t*>(qwen_sim::Operand("DataCopy", "dst", dstLocal, ubSpan / sizeof(T)));
+  uint8_t* d = reinterpret_cast<uint8_t*>(detail::GmInDst("DataCopy", dstLocal, ubSpan / sizeof(T)));
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     const uint64_t srcOff = static_cast<uint64_t>(i) * (p.blockLen + p.srcStride) * 32u;
     const T* s = srcGlobal.Range("DataCopy", srcOff / sizeof(T), len / sizeof(T), false);
@@ -1059,5 +1172,8 @@ inline void DataCopyPad(const GlobalTensor<T>& dstGlobal, const LocalTensor<T>& 
 }
 
 }  // namespace AscendC
+
+#include "kernel_operator_cube.h"
+#include "kernel_operator_mix.h"
 
 #endif  // QWEN_SIM_KERNEL_OPERATOR_H

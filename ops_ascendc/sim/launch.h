@@ -33,6 +33,19 @@ struct LaunchStats {
 std::string Launch(const char* kernelName, uint32_t blockDim, const std::function<void()>& body,
                    const std::vector<GmRegion>& regions, LaunchStats* stats = nullptr);
 
+// The core mix of a launch, as the kernel declares it with KERNEL_TASK_TYPE_DEFAULT
+// (the plain Launch above is Vector: blockDim vector cores).
+//   Vector  (KERNEL_TYPE_AIV_ONLY):    blockDim AIVs, unified buffer only.
+//   Cube    (KERNEL_TYPE_AIC_ONLY):    blockDim AICs, L1/L0A/L0B/L0C only.
+//   Mix1To2 (KERNEL_TYPE_MIX_AIC_1_2): blockDim AICs and 2 * blockDim AIVs, all
+//            running at once; GM written by one core and read by another must be
+//            ordered by CrossCoreSetFlag/CrossCoreWaitFlag or SyncAll (checked),
+//            and a wait nobody can satisfy is reported as a deadlock.
+enum class LaunchKind { Vector, Cube, Mix1To2 };
+
+std::string Launch(const char* kernelName, uint32_t blockDim, LaunchKind kind, const std::function<void()>& body,
+                   const std::vector<GmRegion>& regions, LaunchStats* stats = nullptr);
+
 // Statistics of the most recent launch on any thread (for tests).
 LaunchStats LastLaunchStats();
 

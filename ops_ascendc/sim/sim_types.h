@@ -30,6 +30,9 @@ typedef __UINT64_TYPE__ uint64_t;
 #define GM_ADDR __gm__ uint8_t*
 #endif
 
+// Kernel types of KERNEL_TASK_TYPE_DEFAULT (the values this stand-in models).
+enum KernelMetaType : uint8_t { KERNEL_TYPE_AIV_ONLY = 0, KERNEL_TYPE_AIC_ONLY = 1, KERNEL_TYPE_MIX_AIC_1_2 = 2 };
+
 namespace qwen_sim {
 
 // ---- IEEE binary16 and bfloat16, round to nearest even -------------------
@@ -115,13 +118,28 @@ constexpr uint32_t kBlockBytes = 32u;              // one "datablock"
 constexpr uint32_t kRepeatBytes = 256u;            // one vector repeat (8 datablocks)
 constexpr uint32_t kMaxSlots = 64u;                // buffers one TPipe may carve
 
+// ---- The cube core's memories (Ascend 910B / A2, A3 AIC) -------------------
+constexpr uint32_t kL1Bytes = 512u * 1024u;   // TPosition::A1 / B1
+constexpr uint32_t kL0ABytes = 64u * 1024u;   // TPosition::A2
+constexpr uint32_t kL0BBytes = 64u * 1024u;   // TPosition::B2
+constexpr uint32_t kL0CBytes = 128u * 1024u;  // TPosition::CO1
+constexpr uint32_t kFractalBytes = 512u;      // one L0A/L0B fractal
+
+// Which on-chip memory a buffer lives in (Slot::mem); the order matches kMemInfo in kernel_operator.h.
+enum MemKind : uint8_t { MEM_UB = 0, MEM_L1, MEM_L0A, MEM_L0B, MEM_L0C, MEM_COUNT };
+
+// Which unit a simulated core is (mixed kernels run both kinds at once).
+enum CoreKind : uint8_t { CORE_AIV = 0, CORE_AIC = 1 };
+
 enum SlotState : uint8_t { SLOT_UNUSED = 0, SLOT_FREE, SLOT_ALLOCATED, SLOT_QUEUED, SLOT_DEQUEUED, SLOT_CALC };
 
 struct Slot {
-  uint32_t offset;  // byte offset in the unified buffer (32-byte aligned)
+  uint32_t offset;  // byte offset in its memory (aligned as that memory requires)
   uint32_t bytes;   // capacity
   uint32_t gen;     // bumped on FreeTensor: stale LocalTensors are detected
   uint8_t state;
+  uint8_t mem;      // MemKind
+  uint8_t mmadUnitFlag;  // L0C: unitFlag of the last Mmad into this buffer (0xff: none yet)
   int32_t owner;    // queue id, -1 for TBuf
 };
 
@@ -129,9 +147,17 @@ struct LaunchShared;  // opaque: lives in runtime.cpp
 
 // What the device keeps per AI core. One instance per block thread.
 struct CoreState {
-  uint32_t blockIdx;
-  uint32_t blockNum;
-  uint8_t* ub;         // kUbTotalBytes, 32-byte aligned
+  uint32_t blockIdx;   // GetBlockIdx(): on an AIV of a mixed kernel, in [0, 2 * blockNum)
+  uint32_t blockNum;   // GetBlockNum(): the launch's blockDim (AIC count in a mixed kernel)
+  uint32_t subBlockIdx;  // GetSubBlockIdx(): 0/1 on the AIVs of a 1:2 mixed kernel, else 0
+  uint32_t subBlockNum;  // GetSubBlockNum()
+  uint32_t globalIdx;  // index among all cores of the launch (AICs first, then AIVs)
+  uint8_t kind;        // CoreKind
+  uint8_t mixed;       // 1 in a KERNEL_TYPE_MIX_* launch
+  uint8_t kernelType;  // the launch's KernelType (checked by KERNEL_TASK_TYPE_DEFAULT)
+  uint8_t* ub;         // kUbTotalBytes, 32-byte aligned (AIV only; nullptr on an AIC)
+  uint8_t* mem[MEM_COUNT];      // base of each memory this core has (nullptr: the core has none)
+  uint32_t memUsed[MEM_COUNT];  // bytes handed out by TPipe::InitBuffer, per memory
   uint32_t ubUsed;     // bytes handed out by TPipe::InitBuffer
   uint32_t numSlots;
   int32_t nextQueueId;
@@ -146,6 +172,13 @@ CoreState* Core();                                                     // this t
 void CheckGm(const char* call, const void* addr, uint64_t bytes, bool write);
 void PollAbort();  // leaves this block when another block has failed
 void NoteUbUse(uint32_t bytes);
+
+// Mixed (AIC + AIV) kernels: the cross-core hand-off, with happens-before
+// tracking for the GM race check. Implemented in runtime.cpp.
+void CrossCoreSet(const char* call, uint32_t mode, uint32_t flagId);
+void CrossCoreWait(const char* call, uint32_t flagId);
+void SyncAllCores(const char* call, bool aivOnly);
+const char* KernelTypeName(uint32_t type);
 
 }  // namespace qwen_sim
 

@@ -103,6 +103,12 @@ STRICT_CHECKS = {
     "tbuf_too_big": ["AscendC::TBuf::Get:", "257 elements"],
     "second_pipe": ["AscendC::TPipe::TPipe:", "second TPipe"],
     "abort_others": ["block 2 of 4", "AscendC::Exp:"],
+    # DataCopy out to GM and within the unified buffer (issue 9, item 8)
+    "datacopy_out_len": ["AscendC::DataCopy:", "UB->GM length 28 bytes is not a multiple of 32"],
+    "datacopy_out_unaligned": ["AscendC::DataCopy:", "src starts at unified-buffer byte 16, not 32-byte aligned"],
+    "datacopy_out_overrun": ["AscendC::DataCopy:", "src: 128 elements requested but the tensor holds 64"],
+    "datacopy_ub_len": ["AscendC::DataCopy:", "UB->UB length 28 bytes is not a multiple of 32"],
+    "datacopy_ub_unaligned": ["AscendC::DataCopy:", "dst starts at unified-buffer byte 528, not 32-byte aligned"],
 }
 
 
@@ -149,12 +155,14 @@ def test_kernel_objects_use_no_runtime_support(build):
         assert not bad, f"{obj.name} needs host runtime support: {bad}"
 
 
-KERNEL_HEADERS_ALLOWED = {"kernel_operator.h", "common.h", "tiling.h", "sim_types.h"}
+KERNEL_HEADERS_ALLOWED = {"kernel_operator.h", "kernel_operator_cube.h", "kernel_operator_mix.h", "common.h", "tiling.h",
+                          "sim_types.h"}
 
 
 def _device_sources():
     files = sorted(KERNELS.glob("*.cpp")) + sorted(KERNELS.glob("*.h"))
-    files += [SIM / "kernel_operator.h", SIM / "sim_types.h", HOST / "tiling.h"]
+    files += [SIM / "kernel_operator.h", SIM / "kernel_operator_cube.h", SIM / "kernel_operator_mix.h",
+              SIM / "sim_types.h", HOST / "tiling.h"]
     return files
 
 

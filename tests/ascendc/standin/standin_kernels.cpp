@@ -349,3 +349,52 @@ extern "C" __global__ __aicore__ void op_check(GM_ADDR a, GM_ADDR b, GM_ADDR out
   }
   DataCopy(go, lo, 32 * 1024);
 }
+
+// ---------------------------------------------------------------- DataCopy out of and within the UB
+BAD(datacopy_out_len) {  // UB -> GM, count form: 28 bytes
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, 256);
+  LocalTensor<float> t = q.AllocTensor<float>();
+  Duplicate(t, 1.0f, 64);
+  GlobalTensor<float> g = G(out);
+  DataCopy(g, t, 7);
+}
+
+BAD(datacopy_out_unaligned) {  // UB -> GM from a 16-byte offset in UB
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, 1024);
+  LocalTensor<float> t = q.AllocTensor<float>();
+  Duplicate(t, 1.0f, 256);
+  GlobalTensor<float> g = G(out);
+  DataCopy(g, t[4], 8);
+}
+
+BAD(datacopy_out_overrun) {  // UB -> GM of more elements than the UB tensor holds
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, 256);
+  LocalTensor<float> t = q.AllocTensor<float>();
+  Duplicate(t, 1.0f, 64);
+  GlobalTensor<float> g = G(out);
+  DataCopy(g, t, 128);
+}
+
+BAD(datacopy_ub_len) {  // UB -> UB, count form: 28 bytes
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> b;
+  pipe.InitBuffer(b, 1024);
+  LocalTensor<float> t = b.Get<float>();
+  Duplicate(t, 1.0f, 256);
+  DataCopy(t[128], t, 7);
+}
+
+BAD(datacopy_ub_unaligned) {  // UB -> UB into a 16-byte offset
+  TPipe pipe;
+  TBuf<TPosition::VECCALC> b;
+  pipe.InitBuffer(b, 1024);
+  LocalTensor<float> t = b.Get<float>();
+  Duplicate(t, 1.0f, 256);
+  DataCopy(t[132], t, 8);
+}

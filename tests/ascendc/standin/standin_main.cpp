@@ -25,6 +25,8 @@ DECL(use_after_free) DECL(double_free) DECL(touch_enqueued) DECL(repeat_overflow
 DECL(cast_int8_float) DECL(cast_float_int8) DECL(cast_bad_mode) DECL(gm_out_of_bounds) DECL(gm_readonly)
 DECL(global_size) DECL(count_past_tensor) DECL(reduce_work_small) DECL(partial_overlap) DECL(tbuf_too_big)
 DECL(second_pipe) DECL(abort_others) DECL(block_ids)
+DECL(datacopy_out_len) DECL(datacopy_out_unaligned) DECL(datacopy_out_overrun) DECL(datacopy_ub_len)
+DECL(datacopy_ub_unaligned)
 #undef DECL
 void op_check(uint8_t*, uint8_t*, uint8_t*, uint8_t*);
 }
@@ -49,6 +51,8 @@ int Checks() {
       C(touch_enqueued) C(repeat_overflow) C(mask_too_big) C(cast_int8_float) C(cast_float_int8) C(cast_bad_mode)
       C(gm_out_of_bounds) C(gm_readonly) C(global_size) C(count_past_tensor) C(reduce_work_small)
       C(partial_overlap) C(tbuf_too_big) C(second_pipe)
+      C(datacopy_out_len) C(datacopy_out_unaligned) C(datacopy_out_overrun) C(datacopy_ub_len)
+      C(datacopy_ub_unaligned)
 #undef C
       {"abort_others", bad_abort_others, 4},
       {"block_ids", bad_block_ids, 5},
