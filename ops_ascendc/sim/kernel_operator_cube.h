@@ -256,14 +256,14 @@ inline void Mmad(const LocalTensor<T>& dstLocal, const LocalTensor<U>& fmLocal, 
         }
         out = static_cast<int32_t>(acc);
       } else {
-        float acc = p.cmatrixInitVal ? 0.0f : out;
+        float acc = p.cmatrixInitVal ? 0.0f : qwen_sim::ToF(out);
         for (uint32_t kk = 0; kk < K; ++kk) {
           const float x = qwen_sim::ToF(a[(static_cast<uint64_t>(i / 16) * kf + kk / c0) * 16 * c0 + (i % 16) * c0 + kk % c0]);
           const float y = qwen_sim::ToF(b[(static_cast<uint64_t>(kk / c0) * nf + j / 16) * 16 * c0 + (j % 16) * c0 + kk % c0]);
           const float prod = x * y;
           acc = acc + prod;
         }
-        out = acc;
+        out = qwen_sim::FromF<T>(acc);
       }
     }
   qwen_sim::Core()->slots[dstLocal.slot_].mmadUnitFlag = p.unitFlag;

@@ -44,7 +44,9 @@ def build(tmp_path_factory):
     inc = [f"-I{SIM}", f"-I{KERNELS}", f"-I{HOST}"]
     jobs = [
         ["g++", *DEVICE_FLAGS, *inc, "-c", str(HERE / "standin_kernels.cpp"), "-o", str(out / "kernels.o")],
+        ["g++", *DEVICE_FLAGS, *inc, "-c", str(HERE / "standin_cube_kernels.cpp"), "-o", str(out / "cube_kernels.o")],
         ["g++", *HOST_FLAGS, *inc, "-c", str(HERE / "standin_main.cpp"), "-o", str(out / "main.o")],
+        ["g++", *HOST_FLAGS, *inc, "-c", str(HERE / "standin_cube_main.cpp"), "-o", str(out / "cube_main.o")],
         ["g++", *HOST_FLAGS, *inc, "-c", str(SIM / "runtime.cpp"), "-o", str(out / "runtime.o")],
     ]
     # The production kernels, compiled device-style for the symbol check (-O0: quick).
@@ -53,8 +55,8 @@ def build(tmp_path_factory):
         jobs.append(["g++", *flags, *inc, "-c", str(src), "-o", str(out / f"{src.stem}.kernel.o")])
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(_compile, jobs))
-    _compile(["g++", str(out / "main.o"), str(out / "kernels.o"), str(out / "runtime.o"), "-o",
-              str(out / "standin_tests"), "-lpthread"])
+    _compile(["g++", str(out / "main.o"), str(out / "cube_main.o"), str(out / "kernels.o"),
+              str(out / "cube_kernels.o"), str(out / "runtime.o"), "-o", str(out / "standin_tests"), "-lpthread"])
     return out
 
 
@@ -63,9 +65,8 @@ def _run(build, mode):
     return proc
 
 
-@pytest.fixture(scope="module")
-def check_messages(build):
-    proc = _run(build, "checks")
+def _checks(build, mode):
+    proc = _run(build, mode)
     assert proc.returncode == 0, proc.stderr
     found = {}
     for line in proc.stdout.splitlines():
@@ -73,6 +74,16 @@ def check_messages(build):
             name, secs, message = line[len("CHECK "):].split("|", 2)
             found[name] = (float(secs), message)
     return found
+
+
+@pytest.fixture(scope="module")
+def check_messages(build):
+    return _checks(build, "checks")
+
+
+@pytest.fixture(scope="module")
+def cube_messages(build):
+    return _checks(build, "cube-checks")
 
 
 # bad kernel -> substrings its message must contain (the call it names first)
@@ -118,6 +129,98 @@ def test_strict_check_fires(check_messages, case):
     for part in STRICT_CHECKS[case]:
         assert part in message, f"{case}: expected {part!r} in {message!r}"
     assert message.startswith(f"Ascend C stand-in: kernel {case}, block ")
+
+
+# Cube side and mixed kernels (standin_cube_kernels.cpp): bad kernel -> substrings
+# of its message. "AIC block"/"AIV block" name the core type in cube and mixed launches.
+CUBE_CHECKS = {
+    # memories and positions
+    "l1_overflow": ["AIC block 0 of 1", "AscendC::TPipe::InitBuffer:", "L1 overflow", "524288 bytes"],
+    "l0a_overflow": ["AscendC::TPipe::InitBuffer:", "L0A overflow", "66048 more bytes", "65536 bytes"],
+    "l0c_overflow": ["AscendC::TPipe::InitBuffer:", "L0C overflow", "131072 bytes"],
+    "ub_on_aic": ["AscendC::TPipe::InitBuffer:", "TPosition::VECIN", "cube core (AIC) does not have"],
+    "l1_on_aiv": ["AscendC::TPipe::InitBuffer:", "TPosition::A1", "vector core (AIV) does not have"],
+    "vector_op_on_l1": ["AscendC::Adds:", "in L1 (TPosition::A1)", "unified buffer only"],
+    # GM -> L1
+    "nd2nz_c0stride": ["AscendC::DataCopy:", "dstNzC0Stride 20", "rounded up to 16 (32)"],
+    "nd2nz_to_ub": ["AscendC::DataCopy:", "Nd2NzParams copies GM into L1"],
+    "nd2nz_overrun": ["AscendC::DataCopy:", "2048 elements requested", "holds 1024"],
+    # L1 -> L0A/L0B
+    "loaddata_repeat": ["AscendC::LoadData:", "repeatTimes 256 outside 1..255"],
+    "loaddata_transpose_b8": ["AscendC::LoadData:", "16-bit types only", "LoadDataWithTranspose"],
+    "loaddata_to_l0c": ["AscendC::LoadData:", "L0C (TPosition::CO1)", "L0A (A2) or L0B (B2)"],
+    "loaddata_dst_align": ["AscendC::LoadData:", "byte 256 of L0A, not 512-byte aligned"],
+    # Mmad
+    "mmad_half_out": ["AscendC::Mmad:", "half x half -> half is not a cube data type pair"],
+    "mmad_mixed_types": ["AscendC::Mmad:", "half x bfloat16_t -> float"],
+    "mmad_m1": ["AscendC::Mmad:", "m = 1", "GEMV"],
+    "mmad_k_range": ["AscendC::Mmad:", "32, 32, 4096", "1..4095"],
+    "mmad_swapped": ["AscendC::Mmad:", "fm (A) is in L0B", "reads A from L0A"],
+    "mmad_dst_align": ["AscendC::Mmad:", "byte 256 of L0C, not 1024-byte aligned"],
+    "mmad_l0_too_small": ["AscendC::Mmad:", "fm (A): 1536 elements requested"],
+    "mmad_unitflag": ["AscendC::Mmad:", "unitFlag 1"],
+    # Fixpipe
+    "fixpipe_quant_mismatch": ["AscendC::Fixpipe:", "quantPre NoQuant does not convert float to half", "F322F16"],
+    "fixpipe_src_stride": ["AscendC::Fixpipe:", "srcStride 20", "rounded up to 16 (32)"],
+    "fixpipe_dst_stride": ["AscendC::Fixpipe:", "dstStride 0"],
+    "fixpipe_to_local": ["AscendC::Fixpipe:", "to a LocalTensor", "L0C to GM only"],
+    "fixpipe_unwritten": ["AscendC::Fixpipe:", "no Mmad has written"],
+    "fixpipe_unitflag_mismatch": ["AscendC::Fixpipe:", "unitFlag 0 does not match the last Mmad's unitFlag 3"],
+    "fixpipe_unitflag_not_final": ["AscendC::Fixpipe:", "had unitFlag 2"],
+    "fixpipe_gm_overrun": ["AscendC::Fixpipe:", "GlobalTensor of 496 elements"],
+    # mixed kernels: kernel type, flags, barriers
+    "kernel_type_mismatch": ["AscendC::KERNEL_TASK_TYPE_DEFAULT:", "declares KERNEL_TYPE_MIX_AIC_1_2",
+                             "launched as KERNEL_TYPE_AIC_ONLY"],
+    "flag_in_vector_kernel": ["AscendC::CrossCoreSetFlag:", "KERNEL_TYPE_MIX_AIC_1_2", "KERNEL_TYPE_AIV_ONLY"],
+    "flag_pipe_s": ["AIC block 0 of 1", "AscendC::CrossCoreSetFlag:", "pipe PIPE_S"],
+    "flag_id_range": ["AIV block 0 of 2", "AscendC::CrossCoreWaitFlag:", "flag id 16 outside 0..15"],
+    "flag_mode": ["AscendC::CrossCoreSetFlag:", "mode 0 is not modelled"],
+    "flag_saturation": ["AscendC::CrossCoreSetFlag:", "flag 4 towards AIV block 0", "saturates at 15"],
+    "deadlock": ["AscendC::CrossCoreWaitFlag:", "waits on flag 3", "deadlock", "AIC block 0: finished"],
+    "aic_waits_one_aiv": ["AIC block 0 of 1", "AscendC::CrossCoreWaitFlag:", "each of its two AIVs", "deadlock"],
+    "syncall_missing": ["AscendC::SyncAll:", "deadlock", "AIV block 1: finished"],
+    "syncall_default_on_aic": ["AscendC::SyncAll:", "SyncAll<false>()"],
+}
+# Unordered GM hand-offs: whichever access comes second on the threads is reported.
+CUBE_RACES = ["race_read_before_wait", "race_ring_overwrite"]
+
+
+@pytest.mark.parametrize("case", sorted(CUBE_CHECKS))
+def test_cube_strict_check_fires(cube_messages, case):
+    secs, message = cube_messages[case]
+    for part in CUBE_CHECKS[case]:
+        assert part in message, f"{case}: expected {part!r} in {message!r}"
+    assert message.startswith(f"Ascend C stand-in: kernel {case}, ")
+
+
+@pytest.mark.parametrize("case", CUBE_RACES)
+def test_cross_core_race_is_reported(cube_messages, case):
+    """Run 40 times (any interleaving of the threads): every run reports the race, naming kernel, core and call."""
+    secs, message = cube_messages[case]
+    assert message, f"{case}: at least one run went unreported"
+    assert message.startswith(f"Ascend C stand-in: kernel {case}, ")
+    assert "a race between cores" in message
+    read = re.search(r"AIV block \d of 2: AscendC::GlobalTensor::GetValue: reads GM bytes 0\.\. of 'ws' that AIC "
+                     r"block 0 wrote", message)
+    write = re.search(r"AIC block 0 of 1: AscendC::GlobalTensor::SetValue: writes GM bytes 0\.\. of 'ws' that AIV "
+                      r"block \d read", message)
+    assert read or write, message
+
+
+def test_clean_mixed_kernels_pass(cube_messages):
+    assert cube_messages["mix_ids"][1] == "", "AIC/AIV block and sub-block ids of a 1:2 mixed launch"
+    assert cube_messages["syncall_orders"][1] == "", "SyncAll<false> orders every core's writes before the reads"
+
+
+def test_cube_operations_match_plain_cpp(build):
+    """Each cube data path bit for bit against fp32 accumulation in k order (and the mixed hand-off)."""
+    proc = _run(build, "cube-ops")
+    lines = proc.stdout.splitlines()
+    failed = [l for l in lines if l.startswith("FAIL")]
+    passed = [l for l in lines if l.startswith("PASS")]
+    assert not failed, "\n".join(failed)
+    assert proc.returncode == 0
+    assert len(passed) == 9, proc.stdout
 
 
 def test_clean_kernels_pass(check_messages):

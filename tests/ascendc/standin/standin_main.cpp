@@ -2,6 +2,8 @@
 //
 //   standin_tests checks : runs every bad_* kernel, prints "CHECK <name>|<message>"
 //                          ("" when the kernel ran clean)
+//   standin_tests cube-checks, cube-ops: the same for the cube side and mixed
+//                          kernels (standin_cube_main.cpp)
 //   standin_tests ops    : runs op_check for each operation and compares it with
 //                          a plain C++ computation; prints "PASS <name>" or
 //                          "FAIL <name>: <detail>"
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "host_bits.h"
 #include "launch.h"
 
 extern "C" {
@@ -30,6 +33,10 @@ DECL(datacopy_ub_unaligned)
 #undef DECL
 void op_check(uint8_t*, uint8_t*, uint8_t*, uint8_t*);
 }
+
+// standin_cube_main.cpp
+int CubeChecks();
+int CubeOps();
 
 namespace {
 
@@ -74,10 +81,6 @@ int Checks() {
 
 // ---------------------------------------------------------------- plain references
 
-uint16_t H(_Float16 h) { uint16_t b; std::memcpy(&b, &h, 2); return b; }
-_Float16 Hf(uint16_t b) { _Float16 h; std::memcpy(&h, &b, 2); return h; }
-uint32_t FB(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-float BF(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 // Every finite half value, ascending (for directed rounding by search).
 std::vector<double> AllHalves() {
@@ -107,14 +110,6 @@ uint16_t HalfDirected(float f, int mode) {  // 0 floor, 1 ceil, 2 trunc, 3 round
   return H(static_cast<_Float16>(r));  // exact: r is a half value
 }
 
-uint16_t Bf16Rne(float f) {  // by candidates, independent of the stand-in's bias trick
-  const uint32_t u = FB(f);
-  const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  const double dl = std::fabs(static_cast<double>(f) - BF(lo)), dh = std::fabs(BF(hi) - static_cast<double>(f));
-  if (dl < dh) return lo >> 16;
-  if (dh < dl) return hi >> 16;
-  return ((lo >> 16) & 1u) ? hi >> 16 : lo >> 16;
-}
 
 struct OpResult { bool ok; std::string detail; };
 
@@ -359,6 +354,8 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "checks") return Checks();
   if (mode == "ops") return Ops();
-  std::fprintf(stderr, "usage: standin_tests checks|ops\n");
+  if (mode == "cube-checks") return CubeChecks();
+  if (mode == "cube-ops") return CubeOps();
+  std::fprintf(stderr, "usage: standin_tests checks|ops|cube-checks|cube-ops\n");
   return 2;
 }
