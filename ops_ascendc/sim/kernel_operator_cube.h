@@ -66,6 +66,26 @@ struct LoadData2DParams {
   uint8_t addrMode = 0;
 };
 
+// L1 -> L0A/L0B with a transpose per square: 16x16 for 16-bit types (one
+// fractal), 32x32 for int8 (two 16x32 fractals stacked), 16x16 for float/int32
+// (two 16x8 fractals side by side). The transposed square is split back into
+// its fractals. srcStride counts squares; dstGap counts fractals from the end of
+// one iteration's first fractal to the next iteration's first; dstFracGap
+// fractals between the two fractals of one iteration (8- and 32-bit types).
+struct LoadData2dTransposeParams {
+  LoadData2dTransposeParams() {}
+  LoadData2dTransposeParams(const uint16_t startIndexIn, const uint32_t repeatTimesIn, const uint16_t srcStrideIn,
+                            const uint16_t dstGapIn, const uint16_t dstFracGapIn, const uint8_t addrModeIn)
+      : startIndex(startIndexIn), repeatTimes(repeatTimesIn), srcStride(srcStrideIn), dstGap(dstGapIn),
+        dstFracGap(dstFracGapIn), addrMode(addrModeIn) {}
+  uint16_t startIndex = 0;   // first source square
+  uint32_t repeatTimes = 0;  // squares to move (0..255; 0 moves nothing); 8 bits on the device, checked here
+  uint16_t srcStride = 0;
+  uint16_t dstGap = 0;
+  uint16_t dstFracGap = 0;
+  uint8_t addrMode = 0;
+};
+
 struct MmadParams {
   MmadParams() {}
   MmadParams(const uint16_t mIn, const uint16_t nIn, const uint16_t kIn, const uint8_t unitFlagIn,
@@ -210,6 +230,66 @@ inline void LoadData(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLo
         for (uint32_t j = 0; j < 16; ++j) df[i * 16 + j] = sf[j * 16 + i];
     } else {
       __builtin_memmove(static_cast<void*>(df), static_cast<const void*>(sf), qwen_sim::kFractalBytes);
+    }
+  }
+}
+
+// ---- L1 -> L0A / L0B, transposing squares (int8 and float/int32 as well as 16-bit types).
+template <typename T>
+inline void LoadDataWithTranspose(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal,
+                                  const LoadData2dTransposeParams& p) {
+  const char* call = "LoadDataWithTranspose";
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4, "LoadDataWithTranspose: 8-, 16- or 32-bit types");
+  qwen_sim::InMemory(call, "src", srcLocal, qwen_sim::MEM_L1, "LoadDataWithTranspose moves L1 (TPosition::A1/B1) to L0A/L0B");
+  dstLocal.Ptr(call);
+  if (dstLocal.Mem() != qwen_sim::MEM_L0A && dstLocal.Mem() != qwen_sim::MEM_L0B)
+    qwen_sim::Fail(call, "dst is in %s (TPosition::%s); LoadDataWithTranspose loads L0A (A2) or L0B (B2)",
+                   qwen_sim::MemInfoOf(dstLocal.Mem()).name, qwen_sim::PositionName(dstLocal.pos_));
+  if (p.repeatTimes > 255)
+    qwen_sim::Fail(call, "repeatTimes %u outside 0..255 (an 8-bit field on the device)", p.repeatTimes);
+  if (p.repeatTimes == 0) return;
+  const uint32_t fe = qwen_sim::kFractalBytes / sizeof(T);
+  const uint32_t fracs = sizeof(T) == 2 ? 1u : 2u;  // fractals per square
+  // Destination fractal of iteration r, half h; they may not land on each other.
+  auto dstFrac = [&](uint32_t r, uint32_t h) -> uint64_t {
+    return static_cast<uint64_t>(r) * (1u + p.dstGap) + (h ? 1u + p.dstFracGap : 0u);
+  };
+  uint64_t dstNeed = 0;
+  for (uint32_t r = 0; r < p.repeatTimes; ++r)
+    for (uint32_t h = 0; h < fracs; ++h) {
+      const uint64_t f = dstFrac(r, h);
+      if (f + 1 > dstNeed) dstNeed = f + 1;
+      for (uint32_t r2 = 0; r2 <= r; ++r2)
+        for (uint32_t h2 = 0; h2 < fracs; ++h2)
+          if ((r2 < r || h2 < h) && dstFrac(r2, h2) == f)
+            qwen_sim::Fail(call, "destination fractals overlap (iteration %u and %u both write fractal %llu): "
+                           "dstGap %u, dstFracGap %u", r2, r, static_cast<unsigned long long>(f), p.dstGap,
+                           p.dstFracGap);
+    }
+  const uint64_t srcNeed = (static_cast<uint64_t>(p.startIndex) + static_cast<uint64_t>(p.repeatTimes - 1) * p.srcStride + 1) * fracs * fe;
+  const T* s = qwen_sim::OnChip(call, "src", srcLocal, srcNeed, qwen_sim::kBlockBytes);
+  T* d = qwen_sim::OnChip(call, "dst", dstLocal, dstNeed * fe, qwen_sim::kFractalBytes);
+  for (uint32_t r = 0; r < p.repeatTimes; ++r) {
+    const T* sq = s + (static_cast<uint64_t>(p.startIndex) + static_cast<uint64_t>(r) * p.srcStride) * fracs * fe;
+    T* d0 = d + dstFrac(r, 0) * fe;
+    if (sizeof(T) == 2) {  // one 16x16 fractal
+      for (uint32_t i = 0; i < 16; ++i)
+        for (uint32_t j = 0; j < 16; ++j) d0[i * 16 + j] = sq[j * 16 + i];
+      continue;
+    }
+    T* d1 = d + dstFrac(r, 1) * fe;
+    if (sizeof(T) == 1) {  // S (32x32) = fractal 0 over fractal 1 (16x32 each); T = S^T split into rows 0..15, 16..31
+      for (uint32_t i = 0; i < 32; ++i)
+        for (uint32_t j = 0; j < 32; ++j) {
+          const T v = sq[(j / 16) * fe + (j % 16) * 32 + i];  // S[j][i]
+          (i < 16 ? d0 : d1)[(i % 16) * 32 + j] = v;
+        }
+    } else {  // S (16x16) = fractal 0 beside fractal 1 (16x8 each); T = S^T split into columns 0..7, 8..15
+      for (uint32_t i = 0; i < 16; ++i)
+        for (uint32_t j = 0; j < 16; ++j) {
+          const T v = sq[(i / 8) * fe + j * 8 + i % 8];  // S[j][i]
+          (j < 8 ? d0 : d1)[i * 8 + j % 8] = v;
+        }
     }
   }
 }

@@ -148,6 +148,8 @@ CUBE_CHECKS = {
     # L1 -> L0A/L0B
     "loaddata_repeat": ["AscendC::LoadData:", "repeatTimes 256 outside 1..255"],
     "loaddata_transpose_b8": ["AscendC::LoadData:", "16-bit types only", "LoadDataWithTranspose"],
+    "transpose_overlap": ["AscendC::LoadDataWithTranspose:", "destination fractals overlap", "dstGap 0, dstFracGap 0"],
+    "transpose_from_ub": ["AscendC::LoadDataWithTranspose:", "src is in the unified buffer"],
     "loaddata_to_l0c": ["AscendC::LoadData:", "L0C (TPosition::CO1)", "L0A (A2) or L0B (B2)"],
     "loaddata_dst_align": ["AscendC::LoadData:", "byte 256 of L0A, not 512-byte aligned"],
     # Mmad
@@ -220,7 +222,7 @@ def test_cube_operations_match_plain_cpp(build):
     passed = [l for l in lines if l.startswith("PASS")]
     assert not failed, "\n".join(failed)
     assert proc.returncode == 0
-    assert len(passed) == 9, proc.stdout
+    assert len(passed) == 11, proc.stdout
 
 
 def test_clean_kernels_pass(check_messages):

@@ -128,6 +128,22 @@ CUBE(loaddata_transpose_b8) {
   LoadData(b2.Get<int8_t>(), b1.Get<int8_t>(), LoadData2DParams(0, 2, 1, 0, 0, true, 0));
 }
 
+CUBE(transpose_overlap) {  // int8: two iterations writing 2 fractals each, no gaps between iterations
+  TPipe pipe;
+  TBuf<TPosition::B1> b1;
+  TBuf<TPosition::B2> b2;
+  pipe.InitBuffer(b1, 4096);
+  pipe.InitBuffer(b2, 4096);
+  LoadDataWithTranspose(b2.Get<int8_t>(), b1.Get<int8_t>(), LoadData2dTransposeParams(0, 2, 1, 0, 0, 0));
+}
+
+CUBE(transpose_from_ub) {  // launched as a vector kernel: the source must be L1
+  TPipe pipe;
+  TBuf<TPosition::VECIN> u;
+  pipe.InitBuffer(u, 4096);
+  LoadDataWithTranspose(u.Get<float>(), u.Get<float>(), LoadData2dTransposeParams(0, 1, 1, 0, 0, 0));
+}
+
 CUBE(loaddata_to_l0c) {
   TPipe pipe;
   TBuf<TPosition::A1> a1;
@@ -426,7 +442,15 @@ __aicore__ inline void Matmul(GM_ADDR a, GM_ADDR b, GM_ADDR c, uint32_t m, uint3
   const uint32_t K = nn ? (k + 15) / 16 * 16 : (k + c0 - 1) / c0 * c0;
   LocalTensor<In> la1 = a1.Get<In>(), lb1 = b1.Get<In>(), la2 = a2.Get<In>(), lb2 = b2.Get<In>();
   DataCopy(la1, ga, Nd2NzParams(1, m, k, 0, k, M, 1, 0));
-  if (nn) {
+  if (nn && sizeof(In) == 1) {  // int8 B (k x n): 32x32 squares, k and n multiples of 32 here
+    DataCopy(lb1, gb, Nd2NzParams(1, k, n, 0, n, K, 1, 0));
+    for (uint32_t blk = 0; blk < N / 32; ++blk)
+      LoadDataWithTranspose(lb2[2 * blk * fe], lb1, LoadData2dTransposeParams(blk * (K / 32), K / 32, 1, N / 16 - 1, 0, 0));
+  } else if (nn && sizeof(In) == 4) {  // float B (k x n): 16-row chunks so that two fractals make a 16x16 square
+    DataCopy(lb1, gb, Nd2NzParams(K / 16, 16, n, 16 * n, n, 16, 1, 16 * N));
+    for (uint32_t t = 0; t < K / 16; ++t)
+      LoadDataWithTranspose(lb2[2 * t * (N / 16) * fe], lb1, LoadData2dTransposeParams(t * (N / 16), N / 16, 1, 0, N / 16 - 1, 0));
+  } else if (nn) {
     DataCopy(lb1, gb, Nd2NzParams(1, k, n, 0, n, K, 1, 0));
     for (uint32_t kf = 0; kf < K / 16; ++kf)
       LoadData(lb2[kf * (N / 16) * fe], lb1, LoadData2DParams(kf, N / 16, K / 16, 0, 0, true, 0));
@@ -463,6 +487,8 @@ extern "C" __global__ __aicore__ void cube_matmul(GM_ADDR a, GM_ADDR b, GM_ADDR 
     case 4: Matmul<int8_t, int32_t, int32_t>(a, b, c, m, n, k, NoQuant, false, false); break;
     case 5: Matmul<half, float, float>(a, b, c, m, n, k, NoQuant, false, true); break;
     case 6: Matmul<bfloat16_t, float, float>(a, b, c, m, n, k, NoQuant, true, false); break;
+    case 7: Matmul<int8_t, int32_t, int32_t>(a, b, c, m, n, k, NoQuant, true, false); break;
+    case 8: Matmul<float, float, float>(a, b, c, m, n, k, NoQuant, true, false); break;
     default: break;
   }
 }

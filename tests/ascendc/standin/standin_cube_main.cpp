@@ -26,7 +26,7 @@ extern "C" {
 #define DECL(name) void cube_##name(uint8_t*, uint8_t*);
 DECL(l1_overflow) DECL(l0a_overflow) DECL(l0c_overflow) DECL(ub_on_aic) DECL(l1_on_aiv) DECL(vector_op_on_l1)
 DECL(nd2nz_c0stride) DECL(nd2nz_to_ub) DECL(nd2nz_overrun) DECL(loaddata_repeat) DECL(loaddata_transpose_b8)
-DECL(loaddata_to_l0c) DECL(loaddata_dst_align) DECL(mmad_half_out) DECL(mmad_mixed_types) DECL(mmad_m1)
+DECL(transpose_overlap) DECL(transpose_from_ub) DECL(loaddata_to_l0c) DECL(loaddata_dst_align) DECL(mmad_half_out) DECL(mmad_mixed_types) DECL(mmad_m1)
 DECL(mmad_k_range) DECL(mmad_swapped) DECL(mmad_dst_align) DECL(mmad_l0_too_small) DECL(mmad_unitflag)
 DECL(fixpipe_quant_mismatch) DECL(fixpipe_src_stride) DECL(fixpipe_dst_stride) DECL(fixpipe_to_local)
 DECL(fixpipe_unwritten) DECL(fixpipe_unitflag_mismatch) DECL(fixpipe_unitflag_not_final) DECL(fixpipe_gm_overrun)
@@ -60,7 +60,7 @@ int CubeChecks() {
       K(l1_overflow, C, 1, 1) K(l0a_overflow, C, 1, 1) K(l0c_overflow, C, 1, 1) K(ub_on_aic, C, 1, 1)
       K(l1_on_aiv, V, 1, 1) K(vector_op_on_l1, C, 1, 1) K(nd2nz_c0stride, C, 1, 1) K(nd2nz_to_ub, V, 1, 1)
       K(nd2nz_overrun, C, 1, 1) K(loaddata_repeat, C, 1, 1) K(loaddata_transpose_b8, C, 1, 1)
-      K(loaddata_to_l0c, C, 1, 1) K(loaddata_dst_align, C, 1, 1) K(mmad_half_out, C, 1, 1)
+      K(transpose_overlap, C, 1, 1) K(transpose_from_ub, V, 1, 1) K(loaddata_to_l0c, C, 1, 1) K(loaddata_dst_align, C, 1, 1) K(mmad_half_out, C, 1, 1)
       K(mmad_mixed_types, C, 1, 1) K(mmad_m1, C, 1, 1) K(mmad_k_range, C, 1, 1) K(mmad_swapped, C, 1, 1)
       K(mmad_dst_align, C, 1, 1) K(mmad_l0_too_small, C, 1, 1) K(mmad_unitflag, C, 1, 1)
       K(fixpipe_quant_mismatch, C, 1, 1) K(fixpipe_src_stride, C, 1, 1) K(fixpipe_dst_stride, C, 1, 1)
@@ -122,6 +122,8 @@ int CubeOps() {
       {4, "Mmad int8 NT -> int32", 40, 17, 75, 3, 3, false},
       {5, "Mmad half, k in two accumulating steps (unitFlag 2, 3)", 33, 48, 64, 0, 0, false},
       {6, "Mmad bfloat16 NN (LoadData ifTranspose) -> float", 16, 16, 32, 1, 0, true},
+      {7, "Mmad int8 NN (LoadDataWithTranspose, 32x32 squares) -> int32", 20, 64, 64, 3, 3, true},
+      {8, "Mmad float NN (LoadDataWithTranspose, 16x16 squares) -> float", 18, 32, 32, 2, 0, true},
   };
   for (const MCase& c : cases) {
     const int inBytes = c.in == 2 ? 4 : (c.in == 3 ? 1 : 2);
@@ -164,7 +166,8 @@ int CubeOps() {
         uint32_t want = 0, got = 0;
         if (c.in == 3) {
           int64_t acc = 0;
-          for (int kk = 0; kk < c.k; ++kk) acc += static_cast<int64_t>(av[i * c.k + kk]) * static_cast<int64_t>(bv[j * c.k + kk]);
+          for (int kk = 0; kk < c.k; ++kk)
+            acc += static_cast<int64_t>(av[i * c.k + kk]) * static_cast<int64_t>(c.nn ? bv[kk * c.n + j] : bv[j * c.k + kk]);
           want = static_cast<uint32_t>(static_cast<int32_t>(acc));
         } else {
           float acc = 0.0f;  // fp32 accumulation in k order; half/bf16 products are exact in float
