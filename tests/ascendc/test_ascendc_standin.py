@@ -143,6 +143,9 @@ CUBE_CHECKS = {
     "vector_op_on_l1": ["AscendC::Adds:", "in L1 (TPosition::A1)", "unified buffer only"],
     # GM -> L1
     "nd2nz_c0stride": ["AscendC::DataCopy:", "dstNzC0Stride 20", "rounded up to 16 (32)"],
+    "nd2nz_src_pitch": ["AscendC::DataCopy:", "srcDValue 16", "less than dValue 32"],
+    "nd2nz_empty": ["AscendC::DataCopy:", "Nd2NzParams.dValue 0"],
+    "position_c1": ["AscendC::TPipe::InitBuffer:", "TPosition::C1 is not modelled"],
     "nd2nz_to_ub": ["AscendC::DataCopy:", "Nd2NzParams copies GM into L1"],
     "nd2nz_overrun": ["AscendC::DataCopy:", "2048 elements requested", "holds 1024"],
     # L1 -> L0A/L0B
@@ -150,6 +153,7 @@ CUBE_CHECKS = {
     "loaddata_transpose_b8": ["AscendC::LoadData:", "16-bit types only", "LoadDataWithTranspose"],
     "transpose_overlap": ["AscendC::LoadDataWithTranspose:", "destination fractals overlap", "dstGap 0, dstFracGap 0"],
     "transpose_from_ub": ["AscendC::LoadDataWithTranspose:", "src is in the unified buffer"],
+    "loaddata_src_l0a": ["AscendC::LoadData:", "src is in L0A (TPosition::A2)", "moves L1"],
     "loaddata_to_l0c": ["AscendC::LoadData:", "L0C (TPosition::CO1)", "L0A (A2) or L0B (B2)"],
     "loaddata_dst_align": ["AscendC::LoadData:", "byte 256 of L0A, not 512-byte aligned"],
     # Mmad
@@ -160,9 +164,13 @@ CUBE_CHECKS = {
     "mmad_swapped": ["AscendC::Mmad:", "fm (A) is in L0B", "reads A from L0A"],
     "mmad_dst_align": ["AscendC::Mmad:", "byte 256 of L0C, not 1024-byte aligned"],
     "mmad_l0_too_small": ["AscendC::Mmad:", "fm (A): 1536 elements requested"],
+    "mmad_bias": ["AscendC::Mmad:", "cmatrixSource", "not modelled"],
     "mmad_unitflag": ["AscendC::Mmad:", "unitFlag 1"],
     # Fixpipe
     "fixpipe_quant_mismatch": ["AscendC::Fixpipe:", "quantPre NoQuant does not convert float to half", "F322F16"],
+    "fixpipe_bad_pair": ["AscendC::Fixpipe:", "L0C float -> GM int8_t is not a conversion the stand-in models"],
+    "fixpipe_nz_out": ["AscendC::Fixpipe:", "only the NZ->ND conversion (CFG_ROW_MAJOR"],
+    "fixpipe_ndnum": ["AscendC::Fixpipe:", "ndNum 2"],
     "fixpipe_src_stride": ["AscendC::Fixpipe:", "srcStride 20", "rounded up to 16 (32)"],
     "fixpipe_dst_stride": ["AscendC::Fixpipe:", "dstStride 0"],
     "fixpipe_to_local": ["AscendC::Fixpipe:", "to a LocalTensor", "L0C to GM only"],
@@ -181,10 +189,19 @@ CUBE_CHECKS = {
     "deadlock": ["AscendC::CrossCoreWaitFlag:", "waits on flag 3", "deadlock", "AIC block 0: finished"],
     "aic_waits_one_aiv": ["AIC block 0 of 1", "AscendC::CrossCoreWaitFlag:", "each of its two AIVs", "deadlock"],
     "syncall_missing": ["AscendC::SyncAll:", "deadlock", "AIV block 1: finished"],
+    "syncall_false_in_vector_kernel": ["block 0 of 1: AscendC::SyncAll:", "vector-only kernel calls SyncAll()"],
     "syncall_default_on_aic": ["AscendC::SyncAll:", "SyncAll<false>()"],
 }
 # Unordered GM hand-offs: whichever access comes second on the threads is reported.
 CUBE_RACES = ["race_read_before_wait", "race_ring_overwrite"]
+
+
+def test_cross_core_write_write_is_reported(cube_messages):
+    """Two cores writing one GM word unordered (40 runs, every one reported, whichever writes second)."""
+    secs, message = cube_messages["race_write_write"]
+    assert message.startswith("Ascend C stand-in: kernel race_write_write, ")
+    assert "AscendC::GlobalTensor::SetValue: writes GM bytes 32.. of 'ws' that" in message
+    assert "wrote, without a CrossCoreWaitFlag or SyncAll" in message
 
 
 @pytest.mark.parametrize("case", sorted(CUBE_CHECKS))

@@ -94,6 +94,26 @@ CUBE(nd2nz_c0stride) {  // 20 rows need a column-block stride of at least 32
   DataCopy(a.Get<half>(), Gm<half>(in), Nd2NzParams(1, 20, 16, 0, 16, 20, 1, 0));
 }
 
+CUBE(nd2nz_src_pitch) {  // rows of 32 elements cannot be 16 elements apart in GM
+  TPipe pipe;
+  TBuf<TPosition::A1> a;
+  pipe.InitBuffer(a, 4096);
+  DataCopy(a.Get<half>(), Gm<half>(in), Nd2NzParams(1, 16, 32, 0, 16, 16, 1, 0));
+}
+
+CUBE(nd2nz_empty) {
+  TPipe pipe;
+  TBuf<TPosition::A1> a;
+  pipe.InitBuffer(a, 4096);
+  DataCopy(a.Get<half>(), Gm<half>(in), Nd2NzParams(1, 16, 0, 0, 16, 16, 1, 0));
+}
+
+CUBE(position_c1) {  // the bias-table positions are not modelled
+  TPipe pipe;
+  TBuf<TPosition::C1> c;
+  pipe.InitBuffer(c, 1024);
+}
+
 CUBE(nd2nz_to_ub) {  // launched as a vector kernel: Nd2Nz goes to L1 only
   TPipe pipe;
   TBuf<TPosition::VECIN> u;
@@ -142,6 +162,15 @@ CUBE(transpose_from_ub) {  // launched as a vector kernel: the source must be L1
   TBuf<TPosition::VECIN> u;
   pipe.InitBuffer(u, 4096);
   LoadDataWithTranspose(u.Get<float>(), u.Get<float>(), LoadData2dTransposeParams(0, 1, 1, 0, 0, 0));
+}
+
+CUBE(loaddata_src_l0a) {  // LoadData reads L1
+  TPipe pipe;
+  TBuf<TPosition::A2> a2;
+  TBuf<TPosition::B2> b2;
+  pipe.InitBuffer(a2, 4096);
+  pipe.InitBuffer(b2, 4096);
+  LoadData(b2.Get<half>(), a2.Get<half>(), LoadData2DParams(0, 2, 1, 0, 0, false, 0));
 }
 
 CUBE(loaddata_to_l0c) {
@@ -215,6 +244,14 @@ CUBE(mmad_l0_too_small) {  // 48 rows of A do not fit a 32-row L0A buffer
   Mmad(t.c.Get<float>(), t.a2.Get<half>(), t.b2.Get<half>(), MmadParams(48, 16, 32, 0, false, true));
 }
 
+CUBE(mmad_bias) {  // C from the bias table is not modelled
+  TPipe pipe;
+  Tiles t;
+  t.Init(pipe);
+  t.Load(in);
+  Mmad(t.c.Get<float>(), t.a2.Get<half>(), t.b2.Get<half>(), MmadParams(32, 32, 32, 0, true, true));
+}
+
 CUBE(mmad_unitflag) {
   TPipe pipe;
   Tiles t;
@@ -231,6 +268,34 @@ CUBE(fixpipe_quant_mismatch) {  // float -> half needs F322F16
   t.Load(in);
   t.Multiply();
   Fixpipe(Gm<half>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+}
+
+CUBE(fixpipe_bad_pair) {  // float L0C to int8 GM is a requantisation the stand-in does not model
+  TPipe pipe;
+  Tiles t;
+  t.Init(pipe);
+  t.Load(in);
+  t.Multiply();
+  Fixpipe(Gm<int8_t>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QF322B8_PRE, 0, 1, 0, 0, 0));
+}
+
+CUBE(fixpipe_nz_out) {  // only NZ -> ND is modelled
+  TPipe pipe;
+  Tiles t;
+  t.Init(pipe);
+  t.Load(in);
+  t.Multiply();
+  Fixpipe<float, float, CFG_NZ>(Gm<float>(out), t.c.Get<float>(),
+                                FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+}
+
+CUBE(fixpipe_ndnum) {
+  TPipe pipe;
+  Tiles t;
+  t.Init(pipe);
+  t.Load(in);
+  t.Multiply();
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(16, 32, 32, 32, false, NoQuant, 0, 2, 1, 16, 0));
 }
 
 CUBE(fixpipe_src_stride) {
@@ -347,6 +412,10 @@ CUBE(syncall_missing) {  // AIV 1 returns without reaching SyncAll
   }
 }
 
+CUBE(syncall_false_in_vector_kernel) {  // launched as KERNEL_TYPE_AIV_ONLY
+  SyncAll<false>();
+}
+
 CUBE(syncall_default_on_aic) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   if ASCEND_IS_AIC { SyncAll(); }
@@ -385,6 +454,13 @@ CUBE(race_ring_overwrite) {
       (void)x;
     }
   }
+}
+
+// Two cores write the same GM word with nothing ordering them.
+CUBE(race_write_write) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  GlobalTensor<float> ws = Gm<float>(out);
+  if (ASCEND_IS_AIC || GetSubBlockIdx() == 0) ws.SetValue(8, 2.0f);
 }
 
 // Clean: the ids a 1:2 mixed launch gives each core, written through GM.

@@ -26,7 +26,9 @@ extern "C" {
 #define DECL(name) void cube_##name(uint8_t*, uint8_t*);
 DECL(l1_overflow) DECL(l0a_overflow) DECL(l0c_overflow) DECL(ub_on_aic) DECL(l1_on_aiv) DECL(vector_op_on_l1)
 DECL(nd2nz_c0stride) DECL(nd2nz_to_ub) DECL(nd2nz_overrun) DECL(loaddata_repeat) DECL(loaddata_transpose_b8)
-DECL(transpose_overlap) DECL(transpose_from_ub) DECL(loaddata_to_l0c) DECL(loaddata_dst_align) DECL(mmad_half_out) DECL(mmad_mixed_types) DECL(mmad_m1)
+DECL(nd2nz_src_pitch) DECL(nd2nz_empty) DECL(position_c1) DECL(loaddata_src_l0a) DECL(mmad_bias)
+DECL(fixpipe_bad_pair) DECL(fixpipe_nz_out) DECL(fixpipe_ndnum) DECL(syncall_false_in_vector_kernel)
+DECL(race_write_write) DECL(transpose_overlap) DECL(transpose_from_ub) DECL(loaddata_to_l0c) DECL(loaddata_dst_align) DECL(mmad_half_out) DECL(mmad_mixed_types) DECL(mmad_m1)
 DECL(mmad_k_range) DECL(mmad_swapped) DECL(mmad_dst_align) DECL(mmad_l0_too_small) DECL(mmad_unitflag)
 DECL(fixpipe_quant_mismatch) DECL(fixpipe_src_stride) DECL(fixpipe_dst_stride) DECL(fixpipe_to_local)
 DECL(fixpipe_unwritten) DECL(fixpipe_unitflag_mismatch) DECL(fixpipe_unitflag_not_final) DECL(fixpipe_gm_overrun)
@@ -69,6 +71,9 @@ int CubeChecks() {
       K(flag_in_vector_kernel, V, 1, 1) K(flag_pipe_s, X, 1, 1) K(flag_id_range, X, 1, 1) K(flag_mode, X, 1, 1)
       K(flag_saturation, X, 1, 1) K(deadlock, X, 2, 3) K(aic_waits_one_aiv, X, 1, 3) K(syncall_missing, X, 2, 3)
       K(syncall_default_on_aic, X, 1, 1) K(race_read_before_wait, X, 1, 40) K(race_ring_overwrite, X, 1, 40)
+      K(nd2nz_src_pitch, C, 1, 1) K(nd2nz_empty, C, 1, 1) K(position_c1, C, 1, 1) K(loaddata_src_l0a, C, 1, 1)
+      K(mmad_bias, C, 1, 1) K(fixpipe_bad_pair, C, 1, 1) K(fixpipe_nz_out, C, 1, 1) K(fixpipe_ndnum, C, 1, 1)
+      K(syncall_false_in_vector_kernel, V, 1, 1) K(race_write_write, X, 1, 40)
       K(mix_ids, X, 2, 1) K(syncall_orders, X, 2, 5)
 #undef K
   };
