@@ -120,6 +120,8 @@ STRICT_CHECKS = {
     "datacopy_out_overrun": ["AscendC::DataCopy:", "src: 128 elements requested but the tensor holds 64"],
     "datacopy_ub_len": ["AscendC::DataCopy:", "UB->UB length 28 bytes is not a multiple of 32"],
     "datacopy_ub_unaligned": ["AscendC::DataCopy:", "dst starts at unified-buffer byte 528, not 32-byte aligned"],
+    "datacopy_params_out_overrun": ["AscendC::DataCopy:", "src: 88 elements requested but the tensor holds 64"],
+    "datacopy_params_out_empty": ["AscendC::DataCopy:", "blockLen 0"],
 }
 
 

@@ -398,3 +398,23 @@ BAD(datacopy_ub_unaligned) {  // UB -> UB into a 16-byte offset
   Duplicate(t, 1.0f, 256);
   DataCopy(t[132], t, 8);
 }
+
+BAD(datacopy_params_out_overrun) {  // UB -> GM, DataCopyParams: 4 blocks of 2 datablocks 1 apart = 352 bytes of UB
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, 256);
+  LocalTensor<float> t = q.AllocTensor<float>();
+  Duplicate(t, 1.0f, 64);
+  GlobalTensor<float> g = G(out);
+  DataCopy(g, t, DataCopyParams(4, 2, 1, 0));
+}
+
+BAD(datacopy_params_out_empty) {  // UB -> GM, DataCopyParams with blockLen 0
+  TPipe pipe;
+  TQue<TPosition::VECOUT, 1> q;
+  pipe.InitBuffer(q, 1, 256);
+  LocalTensor<float> t = q.AllocTensor<float>();
+  Duplicate(t, 1.0f, 64);
+  GlobalTensor<float> g = G(out);
+  DataCopy(g, t, DataCopyParams(1, 0, 0, 0));
+}

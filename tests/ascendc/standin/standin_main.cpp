@@ -29,7 +29,7 @@ DECL(cast_int8_float) DECL(cast_float_int8) DECL(cast_bad_mode) DECL(gm_out_of_b
 DECL(global_size) DECL(count_past_tensor) DECL(reduce_work_small) DECL(partial_overlap) DECL(tbuf_too_big)
 DECL(second_pipe) DECL(abort_others) DECL(block_ids)
 DECL(datacopy_out_len) DECL(datacopy_out_unaligned) DECL(datacopy_out_overrun) DECL(datacopy_ub_len)
-DECL(datacopy_ub_unaligned)
+DECL(datacopy_ub_unaligned) DECL(datacopy_params_out_overrun) DECL(datacopy_params_out_empty)
 #undef DECL
 void op_check(uint8_t*, uint8_t*, uint8_t*, uint8_t*);
 }
@@ -59,7 +59,7 @@ int Checks() {
       C(gm_out_of_bounds) C(gm_readonly) C(global_size) C(count_past_tensor) C(reduce_work_small)
       C(partial_overlap) C(tbuf_too_big) C(second_pipe)
       C(datacopy_out_len) C(datacopy_out_unaligned) C(datacopy_out_overrun) C(datacopy_ub_len)
-      C(datacopy_ub_unaligned)
+      C(datacopy_ub_unaligned) C(datacopy_params_out_overrun) C(datacopy_params_out_empty)
 #undef C
       {"abort_others", bad_abort_others, 4},
       {"block_ids", bad_block_ids, 5},
