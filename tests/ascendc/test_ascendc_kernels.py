@@ -15,7 +15,7 @@ import torch
 import qwen_ops.ops as ops
 from qwen_ops.ops import _backend
 
-from qwen_ops.testing import Draw, cache_write_call, conv_update_call, decode_call, gdn_inputs
+from qwen_ops.testing import Draw, cache_write_call, conv_update_call, decode_call, gdn_inputs, offsets
 from tolerances import KERNEL_VS_REFERENCE, tol
 
 if "ascendc" not in _backend.available_backends():  # pragma: no cover - the extension is part of the build
@@ -227,7 +227,7 @@ def test_gdn_decode_with_state_pool(gen, dtype, l2norm):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=_dt)
 def test_gdn_varlen_prefill(gen, dtype):
     lens = [3, 0, 7, 1]
-    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int64)
+    cu = offsets(lens).long()
     args = _gdn_inputs(gen, b=1, t=sum(lens), hk=1, hv=2, dk=32, dv=48, dtype=dtype)
     args.update(scale=0.3, initial_state=torch.randn(len(lens), 2, 32, 48, generator=gen) * 0.1,
                 output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
@@ -245,7 +245,7 @@ def test_gdn_batch_without_state(gen):
 def test_gdn_stress_tiles_and_cores(gen):
     n, hk, hv, dk, dv = 6, 2, 4, 128, 128
     lens = [1, 2, 1, 3, 1, 1]
-    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    cu = offsets(lens)
     args = _gdn_inputs(gen, b=1, t=sum(lens), hk=hk, hv=hv, dk=dk, dv=dv, dtype=torch.float16)
     args.update(scale=dk ** -0.5, initial_state=torch.randn(9, hv, dk, dv, generator=gen) * 0.05,
                 output_final_state=True, cu_seqlens=cu,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from qwen_ops.ops import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache
-from qwen_ops.testing import Draw, random_cache
+from qwen_ops.testing import Draw, random_cache, slot_mapping
 from tolerances import INT8_SCALE_VS_FLOAT64, tol
 
 F32, F16, BF16, I8 = torch.float32, torch.float16, torch.bfloat16, torch.int8
@@ -164,7 +164,7 @@ def test_int8_round_trip_with_calibrated_scales_is_within_half_a_step(gen, dtype
     k_scale, v_scale = kv_scales_from_absmax(key), kv_scales_from_absmax(value)
     shape = (2, num_kv_heads, block_size, head_dim)
     key_cache, value_cache = (random_cache(Draw(gen), shape, I8) for _ in range(2))
-    slots = torch.randperm(2 * block_size, generator=gen)[:num_tokens].to(torch.int32)
+    slots = slot_mapping(Draw(gen), 2 * block_size, num_tokens)
     reshape_and_cache(key, value, key_cache, value_cache, slots, k_scale, v_scale, backend="torch")
 
     for src, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):

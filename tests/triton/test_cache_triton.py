@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from qwen_ops import ops
-from qwen_ops.testing import Draw, cache_write_call, random_cache
+from qwen_ops.testing import Draw, cache_write_call, random_cache, slot_mapping
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
 
@@ -85,7 +85,7 @@ def test_strided_key_value(gen):
     qkv = torch.randn(t, 4 + 2 * hkv, d, generator=gen).to(torch.float16)
     key, value = qkv[:, 4:4 + hkv], qkv[:, 4 + hkv:]
     assert not key.is_contiguous()
-    slots = torch.randperm(nb * bs, generator=gen)[:t].to(torch.int32)
+    slots = slot_mapping(Draw(gen), nb * bs, t)
     key_cache, value_cache = _caches(gen, nb, hkv, bs, d, torch.float16)
     _assert_same(_run_both(key, value, key_cache, value_cache, slots), key_cache, value_cache, slots, bs)
 
