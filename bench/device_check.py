@@ -415,18 +415,19 @@ def case_gating(ctx, ops, dtype, t, hv):
 
 # ----------------------------------------------------------------------------- shapes
 
-# Qwen3.5-like layer shapes: full attention 16 query / 2 KV heads of 256;
-# gated delta rule 16 key / 32 value heads of 128; conv channels 8192, width 4.
-ATTN = dict(hq=16, hkv=2, d=256)
-GDN = dict(hk=16, hv=32, dk=128, dv=128)
+# Realistic sizes are Qwen3.5's layers (qwen_ops.testing.SHAPES["qwen3.5"]: attention 16 query / 4 KV
+# heads of 256; gated delta rule 16 key / 32 value heads of 128; conv 8192 channels, width 4), the
+# benchmarks' too; --cpu runs tiny ones.
 
 
 def correctness_cases(ctx, ops, op):
     """(case name, dtype, run) triples of ``op`` for the correctness pass."""
     torch, tiny = ctx.torch, ctx.cpu
     i8 = torch.int8
-    attn = dict(hq=4, hkv=2, d=64) if tiny else ATTN
-    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else dict(hk=4, hv=8, dk=128, dv=128)
+    qwen = ctx.testing.SHAPES["qwen3.5"]
+    attn = dict(hq=4, hkv=2, d=64) if tiny else qwen.attention
+    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else dict(hk=4, hv=8, dk=128, dv=128)  # fewer heads: quick
+    channels = 32 if tiny else qwen.conv_channels
     dec_few = [37, 5] if tiny else [3000, 1, 0, 700]          # few requests: split-KV path
     dec_many = [9, 0, 16] if tiny else [(r * 37) % 200 for r in range(300)]  # many: no split on an H200
     out = []
@@ -458,9 +459,9 @@ def correctness_cases(ctx, ops, op):
                 out.append(("decode step, pool", dt, case_gdn(ctx, ops, op, dt, decode, pool=True, **gdn)[0]))
         elif op == "causal_conv1d_fn":
             lengths = [9, 2, 0, 5] if tiny else [300, 2, 0, 1000, 3]
-            out.append((f"{len(lengths)} seqs", dt, case_conv_fn(ctx, ops, dt, lengths, 32 if tiny else 8192, 4)[0]))
+            out.append((f"{len(lengths)} seqs", dt, case_conv_fn(ctx, ops, dt, lengths, channels, 4)[0]))
         elif op == "causal_conv1d_update":
-            out.append(("batch", dt, case_conv_update(ctx, ops, dt, 5 if tiny else 256, 32 if tiny else 8192, 4)[0]))
+            out.append(("batch", dt, case_conv_update(ctx, ops, dt, 5 if tiny else 256, channels, 4)[0]))
         elif op == "fused_gdn_gating":
             out.append(("T tokens", dt, case_gating(ctx, ops, dt, 7 if tiny else 4096, 4 if tiny else 32)[0]))
     if not tiny:
@@ -475,8 +476,10 @@ def correctness_cases(ctx, ops, op):
 def timing_cases(ctx, ops, op):
     """(case name, run, cost, peers) of ``op`` at the benchmark size (tiny under --cpu)."""
     torch, tiny, dt = ctx.torch, ctx.cpu, ctx.bench_dtype
-    attn = dict(hq=4, hkv=2, d=64) if tiny else ATTN
-    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else GDN
+    qwen = ctx.testing.SHAPES["qwen3.5"]
+    attn = dict(hq=4, hkv=2, d=64) if tiny else qwen.attention
+    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else qwen.gdn
+    channels = 32 if tiny else qwen.conv_channels
     out = []
     if op == "reshape_and_cache":
         t = 16 if tiny else 65536
@@ -513,11 +516,11 @@ def timing_cases(ctx, ops, op):
             out.append((f"decode step, {len(lengths)} seqs (pool)", run, cost, peers_gdn(ctx, ops, op, state, lengths)))
     elif op == "causal_conv1d_fn":
         lengths = [9, 5] if tiny else [4096] * 4
-        run, cost = case_conv_fn(ctx, ops, dt, lengths, 32 if tiny else 8192, 4)
+        run, cost = case_conv_fn(ctx, ops, dt, lengths, channels, 4)
         out.append((f"{len(lengths)} x {lengths[0]} tokens", run, cost, {"torch reference": lambda: run("torch", False)}))
     elif op == "causal_conv1d_update":
         batch = 4 if tiny else 256
-        run, cost = case_conv_update(ctx, ops, dt, batch, 32 if tiny else 8192, 4)
+        run, cost = case_conv_update(ctx, ops, dt, batch, channels, 4)
         out.append((f"batch {batch}", run, cost, {"torch reference": lambda: run("torch", False)}))
     elif op == "fused_gdn_gating":
         t = 8 if tiny else 65536

@@ -14,10 +14,11 @@ import torch
 import kbench
 from kbench import DTYPE, pick
 from qwen_ops import ops
-from qwen_ops.testing import cache_write_call, decode_call, mixed_call, prefill_call
+from qwen_ops.testing import SHAPES, cache_write_call, decode_call, mixed_call, prefill_call
 
-HQ, HKV, D = pick((16, 4, 256), (4, 1, 64))
-BLOCK = pick(128, 16)
+QWEN = SHAPES["qwen3.5"]
+HQ, HKV, D = pick((QWEN.hq, QWEN.hkv, QWEN.head_dim), (4, 1, 64))
+BLOCK = pick(QWEN.block_size, 16)
 CACHE_DTYPES = [pytest.param(DTYPE, id="float"), pytest.param(torch.int8, id="int8")]
 
 

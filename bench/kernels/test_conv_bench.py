@@ -13,10 +13,10 @@ import torch
 import kbench
 from kbench import DTYPE, pick
 from qwen_ops import ops
-from qwen_ops.testing import conv_fn_call, conv_update_call, pool_indices
+from qwen_ops.testing import SHAPES, conv_fn_call, conv_update_call, pool_indices
 
-CHANNELS = pick(2 * 16 * 128 + 32 * 128, 64)
-WIDTH = 4
+CHANNELS = pick(SHAPES["qwen3.5"].conv_channels, 64)
+WIDTH = SHAPES["qwen3.5"].conv_width
 
 
 @pytest.mark.parametrize("backend", kbench.backends("causal_conv1d_fn"))

@@ -14,9 +14,10 @@ import torch
 import kbench
 from kbench import DEVICE, DTYPE, pick
 from qwen_ops import ops
-from qwen_ops.testing import gating_inputs, gdn_inputs, pool_indices, state_pool
+from qwen_ops.testing import SHAPES, gating_inputs, gdn_inputs, pool_indices, state_pool
 
-HK, HV, DK, DV = pick((16, 32, 128, 128), (1, 2, 32, 32))
+QWEN = SHAPES["qwen3.5"]
+HK, HV, DK, DV = pick((QWEN.hk, QWEN.hv, QWEN.dk, QWEN.dv), (1, 2, 32, 32))
 
 
 def delta_rule_inputs(gen, batch, tokens):

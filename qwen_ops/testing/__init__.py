@@ -14,6 +14,10 @@ same cases; it needs nothing beyond torch.
 * ``conv_inputs``: causal conv1d inputs, weights and state pools.
 * ``cases``: the calls of the cache and attention ops (keyword arguments
   ready to pass) from a case's parameters.
+* ``shapes``: :data:`SHAPES`, the named layer shapes (Qwen3.5's) that the
+  benchmarks and the device check time.
+* ``poisoned_memory``: fresh host allocations filled with a sentinel, so an
+  output a kernel never wrote cannot pass as zeros.
 
 A case table (the named rows a test or benchmark runs) stays with its
 runner, where each row says why it exists; what a row *means* -- which
@@ -24,9 +28,10 @@ from .conv_inputs import conv_fn_call, conv_update_call
 from .draw import Draw
 from .paged_kv import block_tables, blocks_needed, int8_scales, offsets, paged_cache, random_cache, slot_mapping
 from .recurrent_state import gating_inputs, gdn_inputs, pool_indices, state_pool
+from .shapes import SHAPES, LayerShapes
 
 __all__ = [
-    "Draw", "offsets", "blocks_needed", "block_tables", "random_cache", "int8_scales",
+    "Draw", "SHAPES", "LayerShapes", "offsets", "blocks_needed", "block_tables", "random_cache", "int8_scales",
     "paged_cache", "slot_mapping", "cache_write_call", "decode_call", "prefill_call", "mixed_call", "gdn_inputs",
     "gating_inputs", "state_pool", "pool_indices", "conv_fn_call", "conv_update_call",
 ]

@@ -14,8 +14,8 @@ import torch
 
 import qwen_ops.ops as ops
 from qwen_ops.ops import _backend
-
 from qwen_ops.testing import Draw, cache_write_call, conv_update_call, decode_call, gdn_inputs, offsets
+
 from tolerances import KERNEL_VS_REFERENCE, tol
 
 if "ascendc" not in _backend.available_backends():  # pragma: no cover - the extension is part of the build
