@@ -107,6 +107,7 @@ setup(
         "test": [
             "pytest",
             "pytest-benchmark",
+            "pytest-timeout",
             "hypothesis",
             "triton>=3.2",
             "transformers>=5",

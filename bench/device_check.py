@@ -141,21 +141,18 @@ class Ctx:
     """Device, random inputs, timing and the shapes of this mode (tiny under --cpu)."""
 
     def __init__(self, torch, triton, cpu: bool, seed: int = 20251129):
+        import qwen_ops.testing as testing  # after import_qwen_ops(): this checkout's, installed or not
+
         self.torch, self.triton, self.cpu = torch, triton, cpu
         self.device = torch.device("cpu" if cpu else "cuda")
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        # Every input is drawn by the case registry the tests and benchmarks use.
+        self.testing, self.draw = testing, testing.Draw(self.gen)
         self.check_dtypes = ([] if cpu else [torch.bfloat16]) + [torch.float16, torch.float32]
         self.bench_dtype = torch.float16 if cpu else torch.bfloat16
 
     def randn(self, *shape, dtype=None, scale=1.0):
-        x = self.torch.randn(*shape, generator=self.gen, device=self.device) * scale
-        return x if dtype is None else x.to(dtype)
-
-    def rand(self, *shape):
-        return self.torch.rand(*shape, generator=self.gen, device=self.device)
-
-    def randperm(self, n):
-        return self.torch.randperm(n, generator=self.gen, device=self.device)
+        return self.draw.randn(*shape, dtype=dtype, scale=scale)
 
     def sync(self):
         if not self.cpu:
@@ -209,31 +206,8 @@ def compare(ctx, tolerances, op, case, dtype, outs, refs) -> Check:
 # ----------------------------------------------------------------------------- input builders
 
 
-def paged_cache(ctx, ops, lengths, hkv, bs, d, cache_dtype):
-    """(key_cache, value_cache, block_tables, k_scale, v_scale) holding ``lengths`` tokens per request."""
-    torch = ctx.torch
-    need = [-(-n // bs) for n in lengths]
-    nb = max(1, sum(need))
-    ids = ctx.randperm(nb).to(torch.int32)
-    tables = torch.zeros(len(lengths), max(1, max(need)), dtype=torch.int32, device=ctx.device)
-    at = 0
-    for r, k in enumerate(need):
-        tables[r, :k] = ids[at:at + k]
-        at += k
-    k = ctx.randn(nb, hkv, bs, d)
-    v = ctx.randn(nb, hkv, bs, d)
-    if cache_dtype != torch.int8:
-        return k.to(cache_dtype), v.to(cache_dtype), tables, None, None
-    ks = ops.kv_scales_from_absmax(k.transpose(1, 2))
-    vs = ops.kv_scales_from_absmax(v.transpose(1, 2))
-    kq = ops.quantize_int8(k.transpose(1, 2), ks).transpose(1, 2).contiguous()
-    vq = ops.quantize_int8(v.transpose(1, 2), vs).transpose(1, 2).contiguous()
-    return kq, vq, tables, ks, vs
-
-
 def offsets(ctx, lengths):
-    torch = ctx.torch
-    return torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=ctx.device)
+    return ctx.testing.offsets(lengths, ctx.device)
 
 
 def dense_kv(ctx, cache, tables, length, scale):
@@ -252,18 +226,11 @@ def dense_kv(ctx, cache, tables, length, scale):
 
 
 def case_cache(ctx, ops, dtype, cache_dtype, t, hkv, d, bs):
-    torch = ctx.torch
-    nb = -(-2 * t // bs)
-    key, value = ctx.randn(t, hkv, d, dtype=dtype), ctx.randn(t, hkv, d, dtype=dtype)
-    slots = ctx.randperm(nb * bs)[:t].to(torch.int32)
-    slots[::7] = -1
-    if cache_dtype == torch.int8:
-        kc0 = torch.randint(-128, 128, (nb, hkv, bs, d), generator=ctx.gen, device=ctx.device, dtype=torch.int8)
-        scales = (ctx.rand(hkv, d) * 0.05 + 0.01, ctx.rand(hkv, d) * 0.05 + 0.01)
-    else:
-        kc0 = ctx.randn(nb, hkv, bs, d, dtype=cache_dtype)
-        scales = (None, None)
-    vc0 = kc0.flip(0).contiguous()
+    call = ctx.testing.cache_write_call(ctx.draw, tokens=t, hkv=hkv, head_dim=d, block_size=bs,
+                                        num_blocks=-(-2 * t // bs), dtype=dtype, cache_dtype=cache_dtype,
+                                        padding=slice(None, None, 7), scale_range=(0.01, 0.06))
+    key, value, slots = call["key"], call["value"], call["slot_mapping"]
+    kc0, vc0, scales = call["key_cache"], call["value_cache"], (call["k_scale"], call["v_scale"])
 
     def run(backend, fresh=True):
         kc, vc = (kc0.clone(), vc0.clone()) if fresh else (kc0, vc0)
@@ -274,10 +241,10 @@ def case_cache(ctx, ops, dtype, cache_dtype, t, hkv, d, bs):
 
 
 def case_decode(ctx, ops, dtype, cache_dtype, lengths, hq, hkv, d, bs):
-    torch = ctx.torch
-    kc, vc, tables, ks, vs = paged_cache(ctx, ops, lengths, hkv, bs, d, cache_dtype)
-    query = ctx.randn(len(lengths), hq, d, dtype=dtype)
-    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=ctx.device)
+    call = ctx.testing.decode_call(ctx.draw, dtype, cache_dtype, hq, hkv, d, bs, lengths)
+    query, kc, vc, tables, seq_lens, ks, vs = (call[name] for name in ("query", "key_cache", "value_cache",
+                                                                          "block_tables", "seq_lens", "k_scale",
+                                                                          "v_scale"))
 
     def run(backend, fresh=True):
         return [ops.paged_decode_attention(query, kc, vc, tables, seq_lens, k_scale=ks, v_scale=vs,
@@ -300,17 +267,9 @@ def peers_decode(ctx, ops, state, length):
 
 
 def case_prefill(ctx, ops, dtype, cache_dtype, q_lens, context_lens, hq, hkv, d, bs, causal=True):
-    torch = ctx.torch
-    t = sum(q_lens)
-    query, key, value = (ctx.randn(t, h, d, dtype=dtype) for h in (hq, hkv, hkv))
-    cu = offsets(ctx, q_lens)
-    kwargs = {}
-    ctx_tokens = 0
-    if context_lens is not None:
-        kc, vc, tables, ks, vs = paged_cache(ctx, ops, context_lens, hkv, bs, d, cache_dtype)
-        kwargs = dict(key_cache=kc, value_cache=vc, block_tables=tables, k_scale=ks, v_scale=vs,
-                      context_lens=torch.tensor(context_lens, dtype=torch.int32, device=ctx.device))
-        ctx_tokens = sum(context_lens)
+    kwargs = ctx.testing.prefill_call(ctx.draw, dtype, cache_dtype, hq, hkv, d, bs, q_lens, context_lens)
+    query, key, value, cu = (kwargs.pop(name) for name in ("query", "key", "value", "cu_seqlens_q"))
+    ctx_tokens = sum(context_lens or [])
 
     def run(backend, fresh=True):
         return [ops.prefill_attention(query, key, value, cu, causal=causal, backend=backend, **kwargs)]
@@ -332,12 +291,11 @@ def peers_prefill(ctx, state, n, length):
 
 def case_mixed(ctx, ops, dtype, cache_dtype, q_lens, seq_lens, num_decodes, hq, hkv, d, bs):
     torch = ctx.torch
-    t = sum(q_lens)
+    call = ctx.testing.mixed_call(ctx.draw, dtype, cache_dtype, hq, hkv, d, bs, q_lens, seq_lens, num_decodes)
+    query, key, value, kc, vc, tables, qsl, sl, ks, vs = (call[name] for name in (
+        "query", "key", "value", "key_cache", "value_cache", "block_tables", "query_start_loc", "seq_lens", "k_scale",
+        "v_scale"))
     cached = [s if r < num_decodes else s - q for r, (q, s) in enumerate(zip(q_lens, seq_lens))]
-    kc, vc, tables, ks, vs = paged_cache(ctx, ops, cached, hkv, bs, d, cache_dtype)
-    query, key, value = (ctx.randn(t, h, d, dtype=dtype) for h in (hq, hkv, hkv))
-    qsl = offsets(ctx, q_lens)
-    sl = torch.tensor(seq_lens, dtype=torch.int32, device=ctx.device)
 
     def run(backend, fresh=True):
         return [ops.mixed_attention(query, key, value, kc, vc, tables, qsl, sl, num_decodes, k_scale=ks, v_scale=vs,
@@ -358,31 +316,23 @@ def case_mixed(ctx, ops, dtype, cache_dtype, q_lens, seq_lens, num_decodes, hq, 
     return run, (bytes_, 4.0 * pairs * hq * d), {"triton decode + prefill (2 calls)": two_calls}
 
 
-def gdn_inputs(ctx, dtype, lengths, hk, hv, dk, dv):
-    torch = ctx.torch
-    t = sum(lengths)
-    q, k = (ctx.randn(1, t, hk, dk, dtype=dtype) for _ in range(2))
-    v = ctx.randn(1, t, hv, dv, dtype=dtype)
-    g = torch.nn.functional.logsigmoid(ctx.randn(1, t, hv)).float()  # log-decay in (-inf, 0)
-    beta = torch.sigmoid(ctx.randn(1, t, hv)).to(dtype)
-    return q, k, v, g, beta, offsets(ctx, lengths)
-
-
 def case_gdn(ctx, ops, name, dtype, lengths, hk, hv, dk, dv, pool: bool):
     """The delta rule over packed sequences; ``pool``: states from a pool with a padding row (-1)."""
-    torch = ctx.torch
+    torch, testing = ctx.torch, ctx.testing
     fn = getattr(ops, name)
-    q, k, v, g, beta, cu = gdn_inputs(ctx, dtype, lengths, hk, hv, dk, dv)
-    n = len(lengths)
+    t, n = sum(lengths), len(lengths)
+    # Log-decays around logsigmoid(0): fast and slow ones; q and k normalised in the kernel.
+    q, k, v, g, beta = testing.gdn_inputs(ctx.draw, batch=1, tokens=t, hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype,
+                                          l2norm_in_kernel=True, decay_center=0.0)
+    cu = offsets(ctx, lengths)
     if pool:
-        state0 = ctx.randn(2 * n + 1, hv, dk, dv, scale=0.1)
-        idx = (ctx.randperm(2 * n + 1)[:n]).to(torch.int32)
-        idx[n // 2] = -1
+        state0 = testing.state_pool(ctx.draw, 2 * n + 1, hv, dk, dv, scale=0.1)
+        idx = testing.pool_indices(ctx.draw, n, 2 * n + 1, padding=n // 2)
         has = torch.ones(n, dtype=torch.bool, device=ctx.device)
         has[0] = False
         extra = dict(ssm_state_indices=idx, has_initial_state=has)
     else:
-        state0 = ctx.randn(n, hv, dk, dv, scale=0.1)
+        state0 = testing.state_pool(ctx.draw, n, hv, dk, dv, scale=0.1)
         extra = {}
 
     def run(backend, fresh=True):
@@ -391,7 +341,6 @@ def case_gdn(ctx, ops, name, dtype, lengths, hk, hv, dk, dv, pool: bool):
                       use_qk_l2norm_in_kernel=True, backend=backend, **extra)
         return [o, final] + ([state] if pool else [])
 
-    t = sum(lengths)
     bytes_ = ((q.numel() + k.numel() + 2 * v.numel() + beta.numel()) * q.element_size() + 4 * g.numel()
               + 2 * 4 * n * hv * dk * dv * (2 if pool else 1))
     return run, (bytes_, 0.0), (q, k, v, g, beta, cu, state0)
@@ -424,15 +373,13 @@ def peers_gdn(ctx, ops, name, state, lengths):
 
 
 def case_conv_fn(ctx, ops, dtype, lengths, c, width):
-    torch = ctx.torch
+    torch, testing = ctx.torch, ctx.testing
     t, n = sum(lengths), len(lengths)
-    x = ctx.randn(t, c, dtype=dtype)
-    weight, bias = ctx.randn(c, width, dtype=dtype, scale=0.5), ctx.randn(c, dtype=dtype)
-    states0 = ctx.randn(2 * n, width - 1, c, dtype=dtype)
-    idx = ctx.randperm(2 * n)[:n].to(torch.int32)
-    idx[-1] = -1
-    has = torch.arange(n, device=ctx.device) % 2 == 0
-    qsl = offsets(ctx, lengths)
+    call = testing.conv_fn_call(ctx.draw, lengths, c, width, dtype, pool_rows=2 * n, weight_scale=0.5,
+                                cache_indices=testing.pool_indices(ctx.draw, n, 2 * n, padding=-1),
+                                has_initial_state=torch.arange(n, device=ctx.device) % 2 == 0)
+    x, weight, bias, states0 = call["x"], call["weight"], call["bias"], call["conv_states"]
+    qsl, idx, has = call["query_start_loc"], call["cache_indices"], call["has_initial_state"]
 
     def run(backend, fresh=True):
         states = states0.clone() if fresh else states0
@@ -444,12 +391,10 @@ def case_conv_fn(ctx, ops, dtype, lengths, c, width):
 
 
 def case_conv_update(ctx, ops, dtype, batch, c, width):
-    torch = ctx.torch
-    x = ctx.randn(batch, c, dtype=dtype)
-    weight, bias = ctx.randn(c, width, dtype=dtype, scale=0.5), ctx.randn(c, dtype=dtype)
-    states0 = ctx.randn(2 * batch, width - 1, c, dtype=dtype)
-    idx = ctx.randperm(2 * batch)[:batch].to(torch.int32)
-    idx[0] = -1
+    testing = ctx.testing
+    call = testing.conv_update_call(ctx.draw, c, width, dtype, pool_rows=2 * batch, weight_scale=0.5,
+                                    cache_indices=testing.pool_indices(ctx.draw, batch, 2 * batch, padding=0))
+    x, weight, bias, states0, idx = (call[name] for name in ("x", "weight", "bias", "conv_states", "cache_indices"))
 
     def run(backend, fresh=True):
         states = states0.clone() if fresh else states0
@@ -460,29 +405,29 @@ def case_conv_update(ctx, ops, dtype, batch, c, width):
 
 
 def case_gating(ctx, ops, dtype, t, hv):
-    a_log, dt_bias = ctx.randn(hv), ctx.randn(hv)
-    a, b = ctx.randn(t, hv, dtype=dtype, scale=3.0), ctx.randn(t, hv, dtype=dtype, scale=3.0)
+    call = ctx.testing.gating_inputs(ctx.draw, t, hv, dtype, a_scale=3.0, b_scale=3.0)
 
     def run(backend, fresh=True):
-        return list(ops.fused_gdn_gating(a_log, a, b, dt_bias, backend=backend))
+        return list(ops.fused_gdn_gating(**call, backend=backend))
 
-    return run, (t * hv * (3 * a.element_size() + 4), 0.0)
+    return run, (t * hv * (3 * call["a"].element_size() + 4), 0.0)
 
 
 # ----------------------------------------------------------------------------- shapes
 
-# Qwen3.5-like layer shapes: full attention 16 query / 2 KV heads of 256;
-# gated delta rule 16 key / 32 value heads of 128; conv channels 8192, width 4.
-ATTN = dict(hq=16, hkv=2, d=256)
-GDN = dict(hk=16, hv=32, dk=128, dv=128)
+# Realistic sizes are Qwen3.5's layers (qwen_ops.testing.SHAPES["qwen3.5"]: attention 16 query / 4 KV
+# heads of 256; gated delta rule 16 key / 32 value heads of 128; conv 8192 channels, width 4), the
+# benchmarks' too; --cpu runs tiny ones.
 
 
 def correctness_cases(ctx, ops, op):
     """(case name, dtype, run) triples of ``op`` for the correctness pass."""
     torch, tiny = ctx.torch, ctx.cpu
     i8 = torch.int8
-    attn = dict(hq=4, hkv=2, d=64) if tiny else ATTN
-    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else dict(hk=4, hv=8, dk=128, dv=128)
+    qwen = ctx.testing.SHAPES["qwen3.5"]
+    attn = dict(hq=4, hkv=2, d=64) if tiny else qwen.attention
+    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else dict(hk=4, hv=8, dk=128, dv=128)  # fewer heads: quick
+    channels = 32 if tiny else qwen.conv_channels
     dec_few = [37, 5] if tiny else [3000, 1, 0, 700]          # few requests: split-KV path
     dec_many = [9, 0, 16] if tiny else [(r * 37) % 200 for r in range(300)]  # many: no split on an H200
     out = []
@@ -514,9 +459,9 @@ def correctness_cases(ctx, ops, op):
                 out.append(("decode step, pool", dt, case_gdn(ctx, ops, op, dt, decode, pool=True, **gdn)[0]))
         elif op == "causal_conv1d_fn":
             lengths = [9, 2, 0, 5] if tiny else [300, 2, 0, 1000, 3]
-            out.append((f"{len(lengths)} seqs", dt, case_conv_fn(ctx, ops, dt, lengths, 32 if tiny else 8192, 4)[0]))
+            out.append((f"{len(lengths)} seqs", dt, case_conv_fn(ctx, ops, dt, lengths, channels, 4)[0]))
         elif op == "causal_conv1d_update":
-            out.append(("batch", dt, case_conv_update(ctx, ops, dt, 5 if tiny else 256, 32 if tiny else 8192, 4)[0]))
+            out.append(("batch", dt, case_conv_update(ctx, ops, dt, 5 if tiny else 256, channels, 4)[0]))
         elif op == "fused_gdn_gating":
             out.append(("T tokens", dt, case_gating(ctx, ops, dt, 7 if tiny else 4096, 4 if tiny else 32)[0]))
     if not tiny:
@@ -531,8 +476,10 @@ def correctness_cases(ctx, ops, op):
 def timing_cases(ctx, ops, op):
     """(case name, run, cost, peers) of ``op`` at the benchmark size (tiny under --cpu)."""
     torch, tiny, dt = ctx.torch, ctx.cpu, ctx.bench_dtype
-    attn = dict(hq=4, hkv=2, d=64) if tiny else ATTN
-    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else GDN
+    qwen = ctx.testing.SHAPES["qwen3.5"]
+    attn = dict(hq=4, hkv=2, d=64) if tiny else qwen.attention
+    gdn = dict(hk=1, hv=2, dk=32, dv=32) if tiny else qwen.gdn
+    channels = 32 if tiny else qwen.conv_channels
     out = []
     if op == "reshape_and_cache":
         t = 16 if tiny else 65536
@@ -569,11 +516,11 @@ def timing_cases(ctx, ops, op):
             out.append((f"decode step, {len(lengths)} seqs (pool)", run, cost, peers_gdn(ctx, ops, op, state, lengths)))
     elif op == "causal_conv1d_fn":
         lengths = [9, 5] if tiny else [4096] * 4
-        run, cost = case_conv_fn(ctx, ops, dt, lengths, 32 if tiny else 8192, 4)
+        run, cost = case_conv_fn(ctx, ops, dt, lengths, channels, 4)
         out.append((f"{len(lengths)} x {lengths[0]} tokens", run, cost, {"torch reference": lambda: run("torch", False)}))
     elif op == "causal_conv1d_update":
         batch = 4 if tiny else 256
-        run, cost = case_conv_update(ctx, ops, dt, batch, 32 if tiny else 8192, 4)
+        run, cost = case_conv_update(ctx, ops, dt, batch, channels, 4)
         out.append((f"batch {batch}", run, cost, {"torch reference": lambda: run("torch", False)}))
     elif op == "fused_gdn_gating":
         t = 8 if tiny else 65536

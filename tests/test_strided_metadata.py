@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import qwen_ops.ops as ops
+from qwen_ops.testing import (Draw, cache_write_call, conv_fn_call, conv_update_call, decode_call, gdn_inputs,
+                              mixed_call, offsets, state_pool)
 
+F32 = torch.float32
 
 
 def backends_for(op: str) -> list[str]:
@@ -35,79 +38,72 @@ def run_pair(call):
 
 @pytest.mark.parametrize("backend", backends_for("reshape_and_cache"))
 def test_reshape_and_cache(backend, gen):
-    key, value = torch.randn(5, 2, 64, generator=gen), torch.randn(5, 2, 64, generator=gen)
-    slots = torch.tensor([3, 17, -1, 40, 0])
+    write = cache_write_call(Draw(gen), tokens=5, hkv=2, head_dim=64, block_size=16, num_blocks=4, dtype=F32,
+                             cache_dtype=F32, cache_fill="zeros", padding=2)
+    slots = write.pop("slot_mapping")
 
     def call(use_strided):
-        caches = torch.zeros(2, 4, 2, 16, 64)
+        caches = dict(key_cache=write["key_cache"].clone(), value_cache=write["value_cache"].clone())
         s = strided(slots, 10**6) if use_strided else slots
-        ops.reshape_and_cache(key, value, caches[0], caches[1], s, backend=backend)
-        return (caches,)
+        ops.reshape_and_cache(write["key"], write["value"], slot_mapping=s, backend=backend, **caches)
+        return caches["key_cache"], caches["value_cache"]
 
     run_pair(call)
 
 
 @pytest.mark.parametrize("backend", backends_for("paged_decode_attention"))
 def test_paged_decode_attention(backend, gen):
-    kc, vc = torch.randn(6, 2, 16, 64, generator=gen), torch.randn(6, 2, 16, 64, generator=gen)
-    query = torch.randn(2, 4, 64, generator=gen)
-    tables = torch.tensor([[5, 1], [2, 0]], dtype=torch.int32)
-    lens = torch.tensor([20, 9], dtype=torch.int32)
+    decode = decode_call(Draw(gen), F32, F32, 4, 2, 64, 16, [20, 9])
+    tables, lens = decode.pop("block_tables"), decode.pop("seq_lens")
 
     def call(use_strided):
         t = strided(tables, 99) if use_strided else tables
         n = strided(lens, 10**4) if use_strided else lens
-        return (ops.paged_decode_attention(query, kc, vc, t, n, backend=backend),)
+        return (ops.paged_decode_attention(block_tables=t, seq_lens=n, backend=backend, **decode),)
 
     run_pair(call)
 
 
 @pytest.mark.parametrize("backend", backends_for("mixed_attention"))
 def test_mixed_attention(backend, gen):
-    kc, vc = torch.randn(6, 2, 16, 64, generator=gen), torch.randn(6, 2, 16, 64, generator=gen)
-    q, k, v = (torch.randn(6, h, 64, generator=gen) for h in (4, 2, 2))
-    tables = torch.tensor([[5, 1], [2, 0]], dtype=torch.int32)
-    starts = torch.tensor([0, 1, 6], dtype=torch.int32)
-    lens = torch.tensor([20, 12], dtype=torch.int32)
+    mixed = mixed_call(Draw(gen), F32, F32, 4, 2, 64, 16, [1, 5], [20, 12], 1)
+    metadata = [mixed.pop(name) for name in ("block_tables", "query_start_loc", "seq_lens")]
 
     def call(use_strided):
-        args = [strided(x, 77) if use_strided else x for x in (tables, starts, lens)]
-        return (ops.mixed_attention(q, k, v, kc, vc, *args, 1, backend=backend),)
+        tables, starts, lens = (strided(x, 77) if use_strided else x for x in metadata)
+        return (ops.mixed_attention(block_tables=tables, query_start_loc=starts, seq_lens=lens, backend=backend,
+                                    **mixed),)
 
     run_pair(call)
 
 
-def conv_inputs(gen):
-    x, w = torch.randn(9, 16, generator=gen), torch.randn(16, 4, generator=gen)
-    bias = torch.randn(16, generator=gen)
-    starts = torch.tensor([0, 4, 9], dtype=torch.int32)
-    slots = torch.tensor([3, 0], dtype=torch.int32)
-    fresh = torch.tensor([True, False])
-    return x, w, bias, starts, slots, fresh
-
-
 @pytest.mark.parametrize("backend", backends_for("causal_conv1d_fn"))
 def test_causal_conv1d_fn(backend, gen):
-    x, w, bias, starts, slots, fresh = conv_inputs(gen)
+    conv = conv_fn_call(Draw(gen), [4, 5], 16, 4, F32, pool_rows=5, cache_indices=[3, 0],
+                        has_initial_state=[True, False])
+    pool = conv.pop("conv_states")
+    metadata = [(conv.pop(name), garbage) for name, garbage in (("bias", 1e9), ("query_start_loc", 99),
+                                                                 ("cache_indices", 7), ("has_initial_state", False))]
 
     def call_fn(use_strided):
-        pool = torch.randn(5, 3, 16, generator=torch.Generator().manual_seed(7))
-        args = [strided(t, g) if use_strided else t for t, g in ((bias, 1e9), (starts, 99), (slots, 7), (fresh, False))]
-        out = ops.causal_conv1d_fn(x, w, args[0], conv_states=pool, query_start_loc=args[1], cache_indices=args[2],
-                                   has_initial_state=args[3], backend=backend)
-        return out, pool
+        states = pool.clone()
+        bias, starts, slots, fresh = (strided(t, g) if use_strided else t for t, g in metadata)
+        out = ops.causal_conv1d_fn(bias=bias, conv_states=states, query_start_loc=starts, cache_indices=slots,
+                                   has_initial_state=fresh, backend=backend, **conv)
+        return out, states
 
     run_pair(call_fn)
 
 
 @pytest.mark.parametrize("backend", backends_for("causal_conv1d_update"))
 def test_causal_conv1d_update(backend, gen):
-    x, w, bias, _, slots, _ = conv_inputs(gen)
+    conv = conv_update_call(Draw(gen), 16, 4, F32, pool_rows=5, cache_indices=[3, 0])
+    pool, slots = conv.pop("conv_states"), conv.pop("cache_indices")
 
     def call_update(use_strided):
-        pool = torch.randn(5, 3, 16, generator=torch.Generator().manual_seed(7))
+        states = pool.clone()
         idx = strided(slots, 7) if use_strided else slots
-        return ops.causal_conv1d_update(x[:2], pool, w, bias, cache_indices=idx, backend=backend), pool
+        return ops.causal_conv1d_update(conv_states=states, cache_indices=idx, backend=backend, **conv), states
 
     run_pair(call_update)
 
@@ -115,16 +111,15 @@ def test_causal_conv1d_update(backend, gen):
 @pytest.mark.parametrize("op_name, backend", [
     (op, backend) for op in ("fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule") for backend in backends_for(op)])
 def test_gated_delta_rule(op_name, backend, gen):
-    q, k = (torch.nn.functional.normalize(torch.randn(1, 9, 2, 16, generator=gen), dim=-1) for _ in range(2))
-    v = torch.randn(1, 9, 4, 16, generator=gen)
-    g = -torch.rand(1, 9, 4, generator=gen)
-    beta = torch.rand(1, 9, 4, generator=gen)
-    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    draw = Draw(gen)
+    q, k, v, g, beta = gdn_inputs(draw, batch=1, tokens=9, hk=2, hv=4, dk=16, dv=16)
+    pool0 = state_pool(draw, 3, 4, 16, 16)
+    cu = offsets([4, 5])
     slots = torch.tensor([2, 0], dtype=torch.int32)
     has_state = torch.tensor([True, False])
 
     def call(use_strided):
-        pool = torch.randn(3, 4, 16, 16, generator=torch.Generator().manual_seed(3))
+        pool = pool0.clone()
         args = [strided(t, gv) if use_strided else t for t, gv in ((cu, 99), (slots, 9), (has_state, True))]
         o, _ = getattr(ops, op_name)(q, k, v, g, beta, initial_state=pool, cu_seqlens=args[0],
                                      ssm_state_indices=args[1], has_initial_state=args[2], backend=backend)

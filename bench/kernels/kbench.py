@@ -7,6 +7,8 @@
 * Shapes: realistic Qwen3.5 shapes by default; ``QWEN_OPS_BENCH_QUICK=1``
   shrinks every case to a few tokens and heads so the suites themselves can
   be tested in seconds (``tests/test_bench_suites.py``).
+* Inputs: drawn by the shared case registry (``qwen_ops.testing``), as the
+  tests and the device check draw theirs.
 * Memory: a case whose tensors would exceed ``QWEN_OPS_BENCH_MAX_GB`` (default
   a quarter of the device memory, 4 GiB on the CPU) is skipped, saying so.
 """
@@ -17,7 +19,9 @@ import os
 import pytest
 import torch
 
+from qwen_ops import testing
 from qwen_ops.ops._backend import IMPLEMENTATIONS, _can_serve
+from qwen_ops.testing import Draw
 
 QUICK = os.environ.get("QWEN_OPS_BENCH_QUICK", "0") == "1"
 
@@ -101,19 +105,16 @@ def run(benchmark, fn, **extra_info):
     return benchmark(timed)
 
 
-def generator() -> torch.Generator:
-    """A seeded generator on the benchmark device (large inputs are drawn where they live)."""
-    return torch.Generator(device=DEVICE).manual_seed(0)
+def generator() -> Draw:
+    """A seeded random source on the benchmark device (large inputs are drawn where they live)."""
+    return Draw(seed=0, device=DEVICE)
 
 
-def randn(*shape, gen, dtype=None, scale=1.0):
+def randn(*shape, gen: Draw, dtype=None, scale=1.0):
     """Normal values of ``shape`` on the device, in ``dtype`` (default: the benchmark dtype)."""
-    return (torch.randn(*shape, generator=gen, device=DEVICE) * scale).to(dtype or DTYPE)
+    return gen.randn(*shape, dtype=dtype or DTYPE, scale=scale)
 
 
 def offsets(lengths) -> torch.Tensor:
     """int32 [N+1] cumulative offsets of ``lengths``, on the device."""
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return torch.tensor(out, dtype=torch.int32, device=DEVICE)
+    return testing.offsets(lengths, DEVICE)

@@ -11,15 +11,12 @@ import pytest
 import torch
 
 import kbench
-from kbench import DEVICE, pick
+from kbench import DTYPE, pick
 from qwen_ops import ops
+from qwen_ops.testing import SHAPES, conv_fn_call, conv_update_call, pool_indices
 
-CHANNELS = pick(2 * 16 * 128 + 32 * 128, 64)
-WIDTH = 4
-
-
-def conv_params(gen):
-    return kbench.randn(CHANNELS, WIDTH, gen=gen, scale=0.5), kbench.randn(CHANNELS, gen=gen)
+CHANNELS = pick(SHAPES["qwen3.5"].conv_channels, 64)
+WIDTH = SHAPES["qwen3.5"].conv_width
 
 
 @pytest.mark.parametrize("backend", kbench.backends("causal_conv1d_fn"))
@@ -27,17 +24,11 @@ def conv_params(gen):
 @pytest.mark.parametrize("tokens", pick([512, 8192], [40]))
 def test_causal_conv1d_fn(benchmark, backend, sequences, tokens):
     gen = kbench.generator()
-    weight, bias = conv_params(gen)
-    x = kbench.randn(tokens, CHANNELS, gen=gen)
     lengths = [tokens // sequences] * (sequences - 1)
     lengths.append(tokens - sum(lengths))
-    states = kbench.randn(sequences, WIDTH - 1, CHANNELS, gen=gen)
-    indices = torch.arange(sequences, dtype=torch.int32, device=DEVICE)
-    has_initial = torch.ones(sequences, dtype=torch.bool, device=DEVICE)
-    qsl = kbench.offsets(lengths)
-    kbench.run(benchmark, lambda: ops.causal_conv1d_fn(x, weight, bias, conv_states=states, query_start_loc=qsl,
-                                                       cache_indices=indices, has_initial_state=has_initial,
-                                                       backend=backend),
+    call = conv_fn_call(gen, lengths, CHANNELS, WIDTH, DTYPE, pool_rows=sequences, weight_scale=0.5,
+                        cache_indices=torch.arange(sequences), has_initial_state=[True] * sequences)
+    kbench.run(benchmark, lambda: ops.causal_conv1d_fn(**call, backend=backend),
                tokens=tokens, sequences=sequences, channels=CHANNELS, width=WIDTH)
 
 
@@ -45,10 +36,7 @@ def test_causal_conv1d_fn(benchmark, backend, sequences, tokens):
 @pytest.mark.parametrize("batch", pick([1, 32, 256], [3]))
 def test_causal_conv1d_update(benchmark, backend, batch):
     gen = kbench.generator()
-    weight, bias = conv_params(gen)
-    x = kbench.randn(batch, CHANNELS, gen=gen)
-    states = kbench.randn(batch + 1, WIDTH - 1, CHANNELS, gen=gen)
-    indices = torch.randperm(batch + 1, generator=gen, device=DEVICE)[:batch].to(torch.int32)
-    kbench.run(benchmark, lambda: ops.causal_conv1d_update(x, states, weight, bias, cache_indices=indices,
-                                                           backend=backend),
+    call = conv_update_call(gen, CHANNELS, WIDTH, DTYPE, pool_rows=batch + 1, weight_scale=0.5,
+                            cache_indices=pool_indices(gen, batch, batch + 1))
+    kbench.run(benchmark, lambda: ops.causal_conv1d_update(**call, backend=backend),
                batch=batch, channels=CHANNELS, width=WIDTH)

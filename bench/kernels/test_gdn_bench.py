@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import kbench
-from kbench import DEVICE, pick
+from kbench import DEVICE, DTYPE, pick
 from qwen_ops import ops
+from qwen_ops.testing import SHAPES, gating_inputs, gdn_inputs, pool_indices, state_pool
 
-HK, HV, DK, DV = pick((16, 32, 128, 128), (1, 2, 32, 32))
+QWEN = SHAPES["qwen3.5"]
+HK, HV, DK, DV = pick((QWEN.hk, QWEN.hv, QWEN.dk, QWEN.dv), (1, 2, 32, 32))
 
 
 def delta_rule_inputs(gen, batch, tokens):
-    q = kbench.randn(batch, tokens, HK, DK, gen=gen)
-    k = kbench.randn(batch, tokens, HK, DK, gen=gen)
-    v = kbench.randn(batch, tokens, HV, DV, gen=gen)
-    g = F.logsigmoid(3.0 + kbench.randn(batch, tokens, HV, gen=gen, dtype=torch.float32))
-    beta = torch.sigmoid(kbench.randn(batch, tokens, HV, gen=gen))
-    return q, k, v, g, beta
-
-
-def state_pool(gen, rows):
-    return kbench.randn(rows, HV, DK, DV, gen=gen, dtype=torch.float32, scale=0.1)
+    """q, k, v, g, beta in the benchmark dtype (g float32); q and k are normalised in the kernel."""
+    return gdn_inputs(gen, batch=batch, tokens=tokens, hk=HK, hv=HV, dk=DK, dv=DV, dtype=DTYPE, l2norm_in_kernel=True)
 
 
 @pytest.mark.parametrize("backend", kbench.backends("chunk_gated_delta_rule"))
@@ -42,7 +35,7 @@ def test_chunk_gated_delta_rule(benchmark, backend, sequences, tokens):
     q, k, v, g, beta = delta_rule_inputs(gen, 1, tokens)
     lengths = [tokens // sequences] * (sequences - 1)
     lengths.append(tokens - sum(lengths))
-    pool = state_pool(gen, sequences)
+    pool = state_pool(gen, sequences, HV, DK, DV, scale=0.1)
     indices = torch.arange(sequences, dtype=torch.int32, device=DEVICE)
     cu = kbench.offsets(lengths)
     kbench.run(benchmark, lambda: ops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
@@ -57,8 +50,8 @@ def test_fused_recurrent_decode(benchmark, backend, batch):
     """One decode step for ``batch`` requests, states read from and written to a pool."""
     gen = kbench.generator()
     q, k, v, g, beta = delta_rule_inputs(gen, batch, 1)
-    pool = state_pool(gen, batch + 1)
-    indices = torch.randperm(batch + 1, generator=gen, device=DEVICE)[:batch].to(torch.int32)
+    pool = state_pool(gen, batch + 1, HV, DK, DV, scale=0.1)
+    indices = pool_indices(gen, batch, batch + 1)
     kbench.run(benchmark, lambda: ops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool,
                                                                        ssm_state_indices=indices,
                                                                        use_qk_l2norm_in_kernel=True,
@@ -70,9 +63,6 @@ def test_fused_recurrent_decode(benchmark, backend, batch):
 @pytest.mark.parametrize("tokens", pick([256, 8192], [16]))
 def test_fused_gdn_gating(benchmark, backend, tokens):
     gen = kbench.generator()
-    A_log = kbench.randn(HV, gen=gen, dtype=torch.float32)
-    dt_bias = kbench.randn(HV, gen=gen, dtype=torch.float32)
-    a = kbench.randn(tokens, HV, gen=gen, scale=3.0)
-    b = kbench.randn(tokens, HV, gen=gen)
-    kbench.run(benchmark, lambda: ops.fused_gdn_gating(A_log, a, b, dt_bias, backend=backend),
+    call = gating_inputs(gen, tokens, HV, DTYPE, a_scale=3.0)
+    kbench.run(benchmark, lambda: ops.fused_gdn_gating(**call, backend=backend),
                tokens=tokens, heads_v=HV)

@@ -14,6 +14,7 @@ import torch
 
 import qwen_ops.ops as ops
 from qwen_ops.ops import _backend
+from qwen_ops.testing import Draw, cache_write_call, conv_update_call, decode_call, gdn_inputs, offsets
 
 from tolerances import KERNEL_VS_REFERENCE, tol
 
@@ -37,19 +38,12 @@ def _close(got, want, dtype):
 # ----------------------------------------------------------------------------- reshape_and_cache
 
 def _cache_case(gen, *, t, hkv, d, nb, bs, dtype, int8, slot_dtype=torch.int64, pad=True):
-    key = torch.randn(t, hkv, d, generator=gen).to(dtype)
-    value = torch.randn(t, hkv, d, generator=gen).to(dtype)
-    slots = torch.randperm(nb * bs, generator=gen)[:t]
-    if pad and t > 1:
-        slots[1::3] = -1
-    cache_dtype = torch.int8 if int8 else dtype
-    kc = torch.zeros(nb, hkv, bs, d, dtype=cache_dtype)
-    vc = torch.zeros_like(kc)
-    ks = vs = None
-    if int8:
-        ks = torch.rand(hkv, d, generator=gen) * 0.02 + 0.004
-        vs = torch.rand(hkv, d, generator=gen) * 0.02 + 0.004
-    return key, value, kc, vc, slots.to(slot_dtype), ks, vs
+    """(key, value, key_cache, value_cache, slots, k_scale, v_scale): zeroed caches, every third slot padding."""
+    call = cache_write_call(Draw(gen), tokens=t, hkv=hkv, head_dim=d, block_size=bs, num_blocks=nb, dtype=dtype,
+                            cache_dtype=torch.int8 if int8 else dtype, cache_fill="zeros", slot_dtype=slot_dtype,
+                            padding=slice(1, None, 3) if pad and t > 1 else None, scale_range=(0.004, 0.024))
+    return tuple(call[name] for name in ("key", "value", "key_cache", "value_cache", "slot_mapping", "k_scale",
+                                         "v_scale"))
 
 
 def _run_cache(key, value, kc, vc, slots, ks, vs):
@@ -135,21 +129,13 @@ def test_reshape_and_cache_stress_tiles_and_cores(gen):
 # ----------------------------------------------------------------------------- paged_decode_attention
 
 def _attn_case(gen, *, n, hq, hkv, d, bs, dtype, int8, seq_lens):
-    max_blocks = max(1, max((s + bs - 1) // bs for s in seq_lens))
-    nb = n * max_blocks + 3
-    query = torch.randn(n, hq, d, generator=gen).to(dtype)
-    if int8:
-        kc = torch.randint(-128, 128, (nb, hkv, bs, d), generator=gen, dtype=torch.int8)
-        vc = torch.randint(-128, 128, (nb, hkv, bs, d), generator=gen, dtype=torch.int8)
-        ks = torch.rand(hkv, d, generator=gen) * 0.01 + 0.002
-        vs = torch.rand(hkv, d, generator=gen) * 0.02 + 0.002
-    else:
-        kc = torch.randn(nb, hkv, bs, d, generator=gen).to(dtype)
-        vc = torch.randn(nb, hkv, bs, d, generator=gen).to(dtype)
-        ks = vs = None
-    tables = torch.randperm(nb, generator=gen)[: n * max_blocks].reshape(n, max_blocks).to(torch.int32)
-    lens = torch.tensor(seq_lens, dtype=torch.int32)
-    return query, kc, vc, tables, lens, ks, vs
+    """(query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale) for ``n`` requests:
+    garbage-filled caches with 3 spare blocks, -1 past each request's blocks."""
+    assert n == len(seq_lens)
+    call = decode_call(Draw(gen), dtype, torch.int8 if int8 else dtype, hq, hkv, d, bs, seq_lens, spare_blocks=3,
+                       int8="random")
+    return tuple(call[name] for name in ("query", "key_cache", "value_cache", "block_tables", "seq_lens", "k_scale",
+                                         "v_scale"))
 
 
 def _attend(case, **config):
@@ -197,11 +183,7 @@ def test_paged_decode_attention_fills_unified_buffer(gen):
 # ----------------------------------------------------------------------------- fused_recurrent_gated_delta_rule
 
 def _gdn_inputs(gen, *, b, t, hk, hv, dk, dv, dtype):
-    q = torch.randn(b, t, hk, dk, generator=gen).to(dtype)
-    k = torch.nn.functional.normalize(torch.randn(b, t, hk, dk, generator=gen), dim=-1).to(dtype)
-    v = torch.randn(b, t, hv, dv, generator=gen).to(dtype)
-    g = -torch.rand(b, t, hv, generator=gen) * 0.5
-    beta = torch.rand(b, t, hv, generator=gen).to(dtype)
+    q, k, v, g, beta = gdn_inputs(Draw(gen), batch=b, tokens=t, hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype)
     return dict(q=q, k=k, v=v, g=g, beta=beta)
 
 
@@ -245,7 +227,7 @@ def test_gdn_decode_with_state_pool(gen, dtype, l2norm):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=_dt)
 def test_gdn_varlen_prefill(gen, dtype):
     lens = [3, 0, 7, 1]
-    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int64)
+    cu = offsets(lens).long()
     args = _gdn_inputs(gen, b=1, t=sum(lens), hk=1, hv=2, dk=32, dv=48, dtype=dtype)
     args.update(scale=0.3, initial_state=torch.randn(len(lens), 2, 32, 48, generator=gen) * 0.1,
                 output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
@@ -263,7 +245,7 @@ def test_gdn_batch_without_state(gen):
 def test_gdn_stress_tiles_and_cores(gen):
     n, hk, hv, dk, dv = 6, 2, 4, 128, 128
     lens = [1, 2, 1, 3, 1, 1]
-    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    cu = offsets(lens)
     args = _gdn_inputs(gen, b=1, t=sum(lens), hk=hk, hv=hv, dk=dk, dv=dv, dtype=torch.float16)
     args.update(scale=dk ** -0.5, initial_state=torch.randn(9, hv, dk, dv, generator=gen) * 0.05,
                 output_final_state=True, cu_seqlens=cu,
@@ -287,6 +269,10 @@ def test_gdn_fills_unified_buffer(gen):
 
 # ----------------------------------------------------------------------------- causal_conv1d_update
 
+def _conv_args(call):
+    return call["x"], call["conv_states"], call["weight"], call["bias"], call["cache_indices"]
+
+
 def _conv_both(x, states, weight, bias, idx, activation, **config):
     res = {}
     for backend in ("torch", "ascendc"):
@@ -303,13 +289,9 @@ def _conv_both(x, states, weight, bias, idx, activation, **config):
 @pytest.mark.parametrize("width,channels", [(4, 64), (2, 100), (3, 33)])
 @pytest.mark.parametrize("activation,with_bias", [("silu", True), (None, False)])
 def test_causal_conv1d_update(gen, dtype, width, channels, activation, with_bias):
-    b, s = 5, 7
-    x = torch.randn(b, channels, generator=gen).to(dtype)
-    states = torch.randn(s, width - 1, channels, generator=gen).to(dtype)
-    weight = torch.randn(channels, width, generator=gen).to(dtype)
-    bias = torch.randn(channels, generator=gen).to(dtype) if with_bias else None
-    idx = torch.tensor([3, -1, 0, 6, 2], dtype=torch.int32)
-    res = _conv_both(x, states, weight, bias, idx, activation)
+    call = conv_update_call(Draw(gen), channels, width, dtype, pool_rows=7, cache_indices=[3, -1, 0, 6, 2],
+                            bias=with_bias)
+    res = _conv_both(*_conv_args(call), activation)
     _close(res["ascendc"][0], res["torch"][0], dtype)
     assert not res["ascendc"][0][1].any(), "padding outputs zeros"
     assert torch.equal(res["ascendc"][1], res["torch"][1]), "state shift is exact"
@@ -326,13 +308,9 @@ def test_causal_conv1d_update_mixed_dtypes(gen):
 
 
 def test_causal_conv1d_update_stress_tiles_and_cores(gen):
-    b, c, k = 6, 1000, 4
-    x = torch.randn(b, c, generator=gen)
-    states = torch.randn(8, k - 1, c, generator=gen)
-    weight = torch.randn(c, k, generator=gen)
-    bias = torch.randn(c, generator=gen)
-    idx = torch.tensor([7, 1, -1, 0, 5, 2])
-    res = _conv_both(x, states, weight, bias, idx, "silu", num_cores=7, max_tile=128)
+    call = conv_update_call(Draw(gen), 1000, 4, torch.float32, pool_rows=8, cache_indices=[7, 1, -1, 0, 5, 2],
+                            index_dtype=torch.int64)
+    res = _conv_both(*_conv_args(call), "silu", num_cores=7, max_tile=128)
     _close(res["ascendc"][0], res["torch"][0], torch.float32)
     assert torch.equal(res["ascendc"][1], res["torch"][1])
     info = res["ascendc"][2]
@@ -340,11 +318,9 @@ def test_causal_conv1d_update_stress_tiles_and_cores(gen):
 
 
 def test_causal_conv1d_update_fills_unified_buffer(gen):
-    b, c, k = 2, 4096, 4
-    x = torch.randn(b, c, generator=gen)
-    states = torch.randn(3, k - 1, c, generator=gen)
-    weight = torch.randn(c, k, generator=gen)
-    res = _conv_both(x, states, weight, None, torch.tensor([2, 0]), "silu", num_cores=2)
+    call = conv_update_call(Draw(gen), 4096, 4, torch.float32, pool_rows=3, cache_indices=[2, 0], bias=False,
+                            index_dtype=torch.int64)
+    res = _conv_both(*_conv_args(call), "silu", num_cores=2)
     _close(res["ascendc"][0], res["torch"][0], torch.float32)
     assert torch.equal(res["ascendc"][1], res["torch"][1])
     info = res["ascendc"][2]

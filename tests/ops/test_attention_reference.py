@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from qwen_ops.ops import mixed_attention, paged_decode_attention, prefill_attention
+from qwen_ops.testing import Draw, block_tables, paged_cache
 from tolerances import REFERENCE_VS_FLOAT64, tol
 
 F32, F16, BF16, I8 = torch.float32, torch.float16, torch.bfloat16, torch.int8
@@ -21,46 +22,17 @@ I32 = torch.int32
 # ----------------------------------------------------------------------------- inputs
 
 
-def random_cache(gen, shape, dtype):
-    """Non-zero garbage everywhere, including blocks no request owns."""
-    if dtype == I8:
-        return torch.randint(-128, 128, shape, generator=gen, dtype=I8)  # includes -128 and 127
-    return torch.randn(shape, generator=gen).to(dtype)
-
-
-def random_scales(gen, num_kv_heads, head_dim):
-    """Per-channel int8 scales, varied so that a channel mix-up shows."""
-    return 0.004 + 0.012 * torch.rand(num_kv_heads, head_dim, generator=gen)
-
-
-def block_tables_for(gen, lengths, block_size, spare_blocks=3):
-    """[N, M] int32 tables holding ``lengths`` tokens, with shuffled, interleaved block ids.
-
-    Entries past a request's blocks are -1: they must never be read.
-    Returns (block_tables, NB).
-    """
-    needed = [-(-n // block_size) for n in lengths]
-    num_blocks = sum(needed) + spare_blocks
-    ids = torch.randperm(num_blocks, generator=gen).tolist()
-    table = torch.full((len(lengths), max(needed, default=0) + 1), -1, dtype=I32)
-    for r, n in enumerate(needed):
-        table[r, :n] = torch.tensor(ids[:n], dtype=I32)
-        ids = ids[n:]
-    return table, num_blocks
-
-
 class Setup:
     """Caches, scales and block tables for one case."""
 
     def __init__(self, gen, lengths, num_q_heads, num_kv_heads, head_dim, block_size, query_dtype, cache_dtype):
-        self.block_tables, num_blocks = block_tables_for(gen, lengths, block_size)
-        shape = (num_blocks, num_kv_heads, block_size, head_dim)
-        self.key_cache = random_cache(gen, shape, cache_dtype)
-        self.value_cache = random_cache(gen, shape, cache_dtype)
-        self.k_scale = self.v_scale = None
-        if cache_dtype == I8:
-            self.k_scale = random_scales(gen, num_kv_heads, head_dim)
-            self.v_scale = random_scales(gen, num_kv_heads, head_dim)
+        # Shuffled, interleaved blocks, -1 past each request's (never to be read), 3 blocks no
+        # request owns; non-zero garbage everywhere, int8 scales varied so a channel mix-up shows.
+        draw = Draw(gen)
+        self.block_tables, num_blocks = block_tables(draw, lengths, block_size, spare_blocks=3)
+        caches = paged_cache(draw, num_blocks, num_kv_heads, block_size, head_dim, cache_dtype, int8="random")
+        self.key_cache, self.value_cache = caches["key_cache"], caches["value_cache"]
+        self.k_scale, self.v_scale = caches["k_scale"], caches["v_scale"]
         self.gen, self.query_dtype = gen, query_dtype
         self.num_q_heads, self.num_kv_heads, self.head_dim = num_q_heads, num_kv_heads, head_dim
 

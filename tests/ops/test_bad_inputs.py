@@ -17,6 +17,7 @@ import torch
 from qwen_ops import ops
 from qwen_ops.ops import BackendError
 from qwen_ops.ops._backend import IMPLEMENTATIONS
+from qwen_ops.testing import Draw, paged_cache
 
 F32, F16, BF16, I8, I32, I64 = torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64
 
@@ -37,13 +38,7 @@ NB, HKV, BS, D = 6, 2, 4, 8
 
 
 def paged_caches(gen, int8: bool) -> dict:
-    shape = (NB, HKV, BS, D)
-    if int8:
-        return dict(key_cache=torch.randint(-128, 128, shape, generator=gen, dtype=I8),
-                    value_cache=torch.randint(-128, 128, shape, generator=gen, dtype=I8),
-                    k_scale=0.01 + 0.01 * torch.rand(HKV, D, generator=gen),
-                    v_scale=0.01 + 0.01 * torch.rand(HKV, D, generator=gen))
-    return dict(key_cache=randn(gen, *shape), value_cache=randn(gen, *shape), k_scale=None, v_scale=None)
+    return paged_cache(Draw(gen), NB, HKV, BS, D, I8 if int8 else F32, int8="random")
 
 
 def block_tables(gen, rows: int, width: int = 2):

@@ -11,16 +11,10 @@ import pytest
 import torch
 
 from qwen_ops.ops import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache
+from qwen_ops.testing import Draw, random_cache, slot_mapping
 from tolerances import INT8_SCALE_VS_FLOAT64, tol
 
 F32, F16, BF16, I8 = torch.float32, torch.float16, torch.bfloat16, torch.int8
-
-
-def random_cache(gen, shape, dtype):
-    """A cache full of non-zero garbage, so that a stray or missing write shows."""
-    if dtype == I8:
-        return torch.randint(-128, 128, shape, generator=gen, dtype=I8)
-    return torch.randn(shape, generator=gen).to(dtype)
 
 
 def naive_quantize(x: float, scale: float) -> int:
@@ -89,7 +83,8 @@ WRITE_CASES = [
 def test_reshape_and_cache_matches_naive_loop(gen, cache_dtype, key_dtype, num_kv_heads, head_dim, block_size):
     num_blocks, num_tokens = 5, 9
     shape = (num_blocks, num_kv_heads, block_size, head_dim)
-    key_cache, value_cache = random_cache(gen, shape, cache_dtype), random_cache(gen, shape, cache_dtype)
+    # Caches full of non-zero garbage, so that a stray or missing write shows.
+    key_cache, value_cache = (random_cache(Draw(gen), shape, cache_dtype) for _ in range(2))
     key = (3 * torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen)).to(key_dtype)
     value = (3 * torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen)).to(key_dtype)
     k_scale = v_scale = None
@@ -168,8 +163,8 @@ def test_int8_round_trip_with_calibrated_scales_is_within_half_a_step(gen, dtype
     value = torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen).to(dtype)
     k_scale, v_scale = kv_scales_from_absmax(key), kv_scales_from_absmax(value)
     shape = (2, num_kv_heads, block_size, head_dim)
-    key_cache, value_cache = random_cache(gen, shape, I8), random_cache(gen, shape, I8)
-    slots = torch.randperm(2 * block_size, generator=gen)[:num_tokens].to(torch.int32)
+    key_cache, value_cache = (random_cache(Draw(gen), shape, I8) for _ in range(2))
+    slots = slot_mapping(Draw(gen), 2 * block_size, num_tokens)
     reshape_and_cache(key, value, key_cache, value_cache, slots, k_scale, v_scale, backend="torch")
 
     for src, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
@@ -194,7 +189,7 @@ def test_int8_non_finite_and_huge_values_match_naive_loop(gen, key_dtype):
     k_scale = torch.rand(1, head_dim, generator=gen) * 0.01 + 1e-3
     v_scale = torch.rand(1, head_dim, generator=gen) * 0.01 + 1e-3
     shape = (2, 1, block_size, head_dim)
-    key_cache, value_cache = random_cache(gen, shape, I8), random_cache(gen, shape, I8)
+    key_cache, value_cache = (random_cache(Draw(gen), shape, I8) for _ in range(2))
     slot_mapping = torch.tensor([5, -1, 16], dtype=torch.int32)
 
     expected, ties = naive_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)

@@ -10,6 +10,7 @@ import torch
 from tolerances import REFERENCE_VS_FLOAT64, tol
 
 from qwen_ops.ops import causal_conv1d_fn, causal_conv1d_update
+from qwen_ops.testing import Draw, conv_fn_call, conv_update_call, offsets
 
 F32 = torch.float32
 F64 = torch.float64
@@ -36,10 +37,6 @@ def draw(gen, *shape, dtype=F32):
     return torch.randn(*shape, generator=gen).to(dtype)
 
 
-def offsets(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
-
-
 @pytest.mark.parametrize("width", [2, 4])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("activation", ["silu", None])
@@ -49,12 +46,12 @@ def test_fn_packed_sequences(gen, width, with_bias, activation, dtype, state_dty
     channels, pool_rows = 24, 9
     # Lengths 1 and 2 are shorter than K-1 = 3: their new state keeps older saved inputs.
     lengths = [5, 1, 2, 0, 17, 3, 2]
-    indices = torch.tensor([6, 2, 0, 8, -1, 4, 1], dtype=torch.int64)  # shuffled; -1 is padding
-    has_initial = torch.tensor([True, True, True, True, True, False, False])
-    x = draw(gen, sum(lengths), channels, dtype=dtype)
-    weight = draw(gen, channels, width, dtype=dtype)
-    bias = draw(gen, channels, dtype=dtype) if with_bias else None
-    states = draw(gen, pool_rows, width - 1, channels, dtype=state_dtype)
+    call = conv_fn_call(Draw(gen), lengths, channels, width, dtype, pool_rows=pool_rows, pool_dtype=state_dtype,
+                        cache_indices=[6, 2, 0, 8, -1, 4, 1],  # shuffled; -1 is padding
+                        has_initial_state=[True, True, True, True, True, False, False], bias=with_bias,
+                        index_dtype=torch.int64)
+    x, weight, bias, states = call["x"], call["weight"], call["bias"], call["conv_states"]
+    indices, has_initial = call["cache_indices"], call["has_initial_state"]
     x_before, states_before = x.clone(), states.clone()
 
     out = causal_conv1d_fn(x, weight, bias, conv_states=states, query_start_loc=offsets(lengths),
@@ -83,12 +80,10 @@ def test_fn_packed_sequences(gen, width, with_bias, activation, dtype, state_dty
 @pytest.mark.parametrize("activation", ["silu", None])
 @pytest.mark.parametrize("dtype", [F32, torch.float16, torch.bfloat16])
 def test_update_one_token(gen, with_bias, activation, dtype):
-    batch, channels, width, pool_rows = 5, 40, 4, 8
-    indices = torch.tensor([3, -1, 7, 0, 5], dtype=torch.int32)
-    x = draw(gen, batch, channels, dtype=dtype)
-    weight = draw(gen, channels, width, dtype=dtype)
-    bias = draw(gen, channels, dtype=dtype) if with_bias else None
-    states = draw(gen, pool_rows, width - 1, channels, dtype=dtype)
+    channels, width, pool_rows = 40, 4, 8
+    call = conv_update_call(Draw(gen), channels, width, dtype, pool_rows=pool_rows, cache_indices=[3, -1, 7, 0, 5],
+                            bias=with_bias)
+    x, weight, bias, states, indices = (call[name] for name in ("x", "weight", "bias", "conv_states", "cache_indices"))
     x_before, states_before = x.clone(), states.clone()
 
     out = causal_conv1d_update(x, states, weight, bias, cache_indices=indices, activation=activation,

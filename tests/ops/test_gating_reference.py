@@ -8,6 +8,7 @@ import torch
 from tolerances import REFERENCE_VS_FLOAT64, tol
 
 from qwen_ops.ops import fused_gdn_gating
+from qwen_ops.testing import Draw, gating_inputs
 
 F32 = torch.float32
 F64 = torch.float64
@@ -31,10 +32,8 @@ def gating_float64(A_log, a, b, dt_bias):
 @pytest.mark.parametrize("param_dtype", [F32, torch.bfloat16])
 def test_gates_match_float64(gen, dtype, param_dtype):
     tokens, heads = 33, 8
-    A_log = (torch.rand(heads, generator=gen) * 3 - 1).to(param_dtype)
-    dt_bias = torch.randn(heads, generator=gen).to(param_dtype)
-    a = (torch.randn(tokens, heads, generator=gen) * 4).to(dtype)
-    b = (torch.randn(tokens, heads, generator=gen) * 4).to(dtype)
+    call = gating_inputs(Draw(gen), tokens, heads, dtype, a_scale=4.0, b_scale=4.0, param_dtype=param_dtype)
+    A_log, a, b, dt_bias = call["A_log"], call["a"], call["b"], call["dt_bias"]
     before = [t.clone() for t in (A_log, a, b, dt_bias)]
 
     g, beta = fused_gdn_gating(A_log, a, b, dt_bias, backend="torch")

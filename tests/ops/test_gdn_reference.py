@@ -15,10 +15,10 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from tolerances import REFERENCE_VS_FLOAT64, tol
 
 from qwen_ops.ops import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+from qwen_ops.testing import Draw, gdn_inputs, offsets
 
 IMPLEMENTATIONS = {
     "recurrent": fused_recurrent_gated_delta_rule,
@@ -74,28 +74,9 @@ def expected_outputs(inputs, spans, starts, scale, l2norm):
 # ----------------------------------------------------------------------------- inputs
 
 
-def draw_inputs(gen, *, batch, tokens, hk, hv, dk, dv, dtype=F32, l2norm=False, log_decay_spread=1.0):
-    """Fresh random q, k, v, g, beta. Without in-kernel l2norm, k is drawn with unit norm.
-
-    g = logsigmoid(3 + spread * noise): mostly slow decay, so state crosses chunk boundaries.
-    """
-    q = torch.randn(batch, tokens, hk, dk, generator=gen)
-    k = torch.randn(batch, tokens, hk, dk, generator=gen)
-    if not l2norm:
-        k = k / k.norm(dim=-1, keepdim=True)
-    v = torch.randn(batch, tokens, hv, dv, generator=gen)
-    g = F.logsigmoid(3.0 + log_decay_spread * torch.randn(batch, tokens, hv, generator=gen))
-    beta = torch.rand(batch, tokens, hv, generator=gen) * 0.98 + 0.01
-    return q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype)
-
-
-def packed_offsets(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
-
-
 def spans_of(lengths):
-    offsets = packed_offsets(lengths).tolist()
-    return [(0, offsets[r], offsets[r + 1]) for r in range(len(lengths))]
+    starts = offsets(lengths).tolist()
+    return [(0, starts[r], starts[r + 1]) for r in range(len(lengths))]
 
 
 def call_unchanged(fn, inputs, **kwargs):
@@ -119,9 +100,9 @@ def assert_close_to(actual, expected, dtype):
 @pytest.mark.parametrize("hk,hv", [(2, 2), (2, 4)])
 def test_packed_sequences_from_zero_state(gen, impl, l2norm, hk, hv):
     lengths = [1, 37, 0, 64, 65, 150]  # shorter than, equal to, longer than a chunk; one empty
-    inputs = draw_inputs(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=16, dv=32, l2norm=l2norm)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=16, dv=32, l2norm_in_kernel=l2norm)
     o, final = call_unchanged(IMPLEMENTATIONS[impl], inputs, output_final_state=True,
-                              cu_seqlens=packed_offsets(lengths), use_qk_l2norm_in_kernel=l2norm)
+                              cu_seqlens=offsets(lengths), use_qk_l2norm_in_kernel=l2norm)
     want_o, want_final = expected_outputs(inputs, spans_of(lengths), [None] * len(lengths), 16 ** -0.5, l2norm)
     assert o.dtype == F32 and o.shape == inputs[2].shape
     assert final.dtype == F32 and final.shape == (len(lengths), hv, 16, 32)
@@ -133,7 +114,7 @@ def test_packed_sequences_from_zero_state(gen, impl, l2norm, hk, hv):
 @pytest.mark.parametrize("mixed_start", [False, True])
 def test_batch_with_initial_state(gen, impl, mixed_start):
     batch, tokens, hk, hv, dk, dv = 3, 70, 1, 2, 16, 16
-    inputs = draw_inputs(gen, batch=batch, tokens=tokens, hk=hk, hv=hv, dk=dk, dv=dv)
+    inputs = gdn_inputs(Draw(gen), batch=batch, tokens=tokens, hk=hk, hv=hv, dk=dk, dv=dv)
     initial = torch.randn(batch, hv, dk, dv, generator=gen)
     initial_before = initial.clone()
     has_initial = torch.tensor([True, False, True]) if mixed_start else None
@@ -154,12 +135,12 @@ def test_state_pool_with_padding(gen, impl, output_final_state):
     indices = torch.tensor([5, 0, 3, -1, 7, 2], dtype=torch.int32)  # shuffled; -1 is padding
     has_initial = torch.tensor([True, False, True, True, True, False])
     hk, hv, dk, dv, pool_rows = 2, 4, 16, 16, 9
-    inputs = draw_inputs(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, l2norm_in_kernel=True)
     pool = torch.randn(pool_rows, hv, dk, dv, generator=gen)
     pool_before = pool.clone()
 
     o, final = call_unchanged(IMPLEMENTATIONS[impl], inputs, initial_state=pool,
-                              output_final_state=output_final_state, cu_seqlens=packed_offsets(lengths),
+                              output_final_state=output_final_state, cu_seqlens=offsets(lengths),
                               ssm_state_indices=indices, has_initial_state=has_initial,
                               use_qk_l2norm_in_kernel=True)
 
@@ -189,10 +170,10 @@ def test_decode_step_on_state_pool(gen, impl, packed):
     num_seqs, hk, hv, dk, dv = 5, 2, 4, 32, 16
     indices = torch.tensor([4, -1, 0, 6, 2], dtype=torch.int64)
     if packed:
-        inputs = draw_inputs(gen, batch=1, tokens=num_seqs, hk=hk, hv=hv, dk=dk, dv=dv, l2norm=True)
-        cu_seqlens, spans = packed_offsets([1] * num_seqs), spans_of([1] * num_seqs)
+        inputs = gdn_inputs(Draw(gen), batch=1, tokens=num_seqs, hk=hk, hv=hv, dk=dk, dv=dv, l2norm_in_kernel=True)
+        cu_seqlens, spans = offsets([1] * num_seqs), spans_of([1] * num_seqs)
     else:
-        inputs = draw_inputs(gen, batch=num_seqs, tokens=1, hk=hk, hv=hv, dk=dk, dv=dv, l2norm=True)
+        inputs = gdn_inputs(Draw(gen), batch=num_seqs, tokens=1, hk=hk, hv=hv, dk=dk, dv=dv, l2norm_in_kernel=True)
         cu_seqlens, spans = None, [(b, 0, 1) for b in range(num_seqs)]
     pool = torch.randn(7, hv, dk, dv, generator=gen)
     pool_before = pool.clone()
@@ -214,10 +195,11 @@ def test_low_precision_inputs(gen, impl, dtype):
     """Arithmetic is float32 whatever the input dtype; o comes back in v's dtype, states in float32."""
     lengths = [37, 100]
     hk, hv, dk, dv = 1, 2, 32, 16
-    inputs = draw_inputs(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype, l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv,
+                        dtype=dtype, l2norm_in_kernel=True)
     initial = torch.randn(len(lengths), hv, dk, dv, generator=gen)
     o, final = call_unchanged(IMPLEMENTATIONS[impl], inputs, initial_state=initial, output_final_state=True,
-                              cu_seqlens=packed_offsets(lengths), use_qk_l2norm_in_kernel=True)
+                              cu_seqlens=offsets(lengths), use_qk_l2norm_in_kernel=True)
     want_o, want_final = expected_outputs(inputs, spans_of(lengths), list(initial), dk ** -0.5, True)
     assert o.dtype == dtype and final.dtype == F32
     assert_close_to(o, want_o, dtype)
@@ -229,10 +211,10 @@ def test_low_precision_inputs(gen, impl, dtype):
 @pytest.mark.parametrize("dk,dv", [(64, 64), (128, 128)])
 def test_model_head_dims(gen, impl, dk, dv):
     lengths = [150]
-    inputs = draw_inputs(gen, batch=1, tokens=150, hk=1, hv=2, dk=dk, dv=dv, l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=150, hk=1, hv=2, dk=dk, dv=dv, l2norm_in_kernel=True)
     initial = torch.randn(1, 2, dk, dv, generator=gen) * 0.1
     o, final = call_unchanged(IMPLEMENTATIONS[impl], inputs, initial_state=initial, output_final_state=True,
-                              cu_seqlens=packed_offsets(lengths), use_qk_l2norm_in_kernel=True)
+                              cu_seqlens=offsets(lengths), use_qk_l2norm_in_kernel=True)
     want_o, want_final = expected_outputs(inputs, spans_of(lengths), list(initial), dk ** -0.5, True)
     assert_close_to(o, want_o, F32)
     assert_close_to(final, want_final, F32)
@@ -246,11 +228,11 @@ def test_chunked_matches_recurrent(gen, log_decay_spread):
     """
     lengths = [200, 129, 63, 128]
     hk, hv, dk, dv = 2, 4, 32, 32
-    inputs = draw_inputs(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, l2norm=True,
-                         log_decay_spread=log_decay_spread)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, l2norm_in_kernel=True,
+                         decay_spread=log_decay_spread)
     pool = torch.randn(6, hv, dk, dv, generator=gen)
     indices = torch.tensor([3, 0, 5, 1], dtype=torch.int32)
-    kwargs = dict(scale=0.21, output_final_state=True, cu_seqlens=packed_offsets(lengths), ssm_state_indices=indices,
+    kwargs = dict(scale=0.21, output_final_state=True, cu_seqlens=offsets(lengths), ssm_state_indices=indices,
                   use_qk_l2norm_in_kernel=True)
     recurrent_pool, chunked_pool = pool.clone(), pool.clone()
     o_rec, final_rec = call_unchanged(fused_recurrent_gated_delta_rule, inputs, initial_state=recurrent_pool, **kwargs)
@@ -264,7 +246,7 @@ def test_chunked_matches_recurrent(gen, log_decay_spread):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_zero_key_head_dim_is_rejected(gen, impl):
     """Dk = 0 has no default scale (Dk ** -0.5): a clear ValueError, not a ZeroDivisionError."""
-    q, k, v, g, beta = draw_inputs(gen, batch=1, tokens=3, hk=2, hv=2, dk=4, dv=4)
+    q, k, v, g, beta = gdn_inputs(Draw(gen), batch=1, tokens=3, hk=2, hv=2, dk=4, dv=4)
     empty = q[..., :0]
     with pytest.raises(ValueError, match="'q'.*Dk"):
         IMPLEMENTATIONS[impl](empty, empty, v, g, beta, backend="torch")

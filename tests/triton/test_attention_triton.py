@@ -18,6 +18,7 @@ import torch
 from qwen_ops import ops
 from qwen_ops.ops._triton import ASCEND_UB_BYTES
 from qwen_ops.ops.attention import triton_common, triton_decode
+from qwen_ops.testing import Draw, decode_call, mixed_call, paged_cache, prefill_call
 from tolerances import KERNEL_VS_REFERENCE, tol
 
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -28,38 +29,8 @@ FP16, FP32, BF16, INT8 = torch.float16, torch.float32, torch.bfloat16, torch.int
 
 
 # ----------------------------------------------------------------------------- builders
-
-
-def _paged_cache(gen, num_blocks, hkv, block_size, head_dim, dtype):
-    """Random K/V caches [NB, Hkv, Bs, D]; int8 ones are quantized with calibrated scales.
-
-    Returns (key_cache, value_cache, k_scale, v_scale); scales are None for float caches.
-    """
-    shape = (num_blocks, hkv, block_size, head_dim)
-    k, v = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
-    if dtype != INT8:
-        return k.to(dtype), v.to(dtype), None, None
-    token_major = (k.transpose(1, 2), v.transpose(1, 2))  # [NB, Bs, Hkv, D]
-    ks, vs = (ops.kv_scales_from_absmax(x) for x in token_major)
-    kc, vc = (ops.quantize_int8(x, s).transpose(1, 2).contiguous() for x, s in zip(token_major, (ks, vs)))
-    return kc, vc, ks, vs
-
-
-def _block_tables(gen, lengths, block_size, max_blocks):
-    """[N, M] int32 tables of distinct random blocks; entries past each request's need are -1,
-    so a kernel reading them would fail. Returns (tables, number of blocks)."""
-    need = [-(-n // block_size) for n in lengths]
-    num_blocks = max(1, sum(need))
-    ids = torch.randperm(num_blocks, generator=gen).tolist()
-    tables = torch.full((len(lengths), max_blocks), -1, dtype=torch.int32)
-    for r, k in enumerate(need):
-        tables[r, :k] = torch.tensor(ids[:k], dtype=torch.int32)
-        ids = ids[k:]
-    return tables, num_blocks
-
-
-def _offsets(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
+# Inputs come from the shared case registry (qwen_ops.testing): block tables with -1 past each
+# request's blocks (a kernel reading them would fail), int8 caches quantized with calibrated scales.
 
 
 def _compare(op, dtype, **kwargs):
@@ -94,17 +65,9 @@ DECODE_CASES = [
 ]
 
 
-def _decode_inputs(gen, dtype, cache_dtype, hq, hkv, d, bs, seq_lens, max_blocks):
-    tables, nb = _block_tables(gen, seq_lens, bs, max_blocks)
-    kc, vc, ks, vs = _paged_cache(gen, nb, hkv, bs, d, cache_dtype)
-    query = torch.randn(len(seq_lens), hq, d, generator=gen).to(dtype)
-    return dict(query=query, key_cache=kc, value_cache=vc, block_tables=tables,
-                seq_lens=torch.tensor(seq_lens, dtype=torch.int32), k_scale=ks, v_scale=vs)
-
-
 @pytest.mark.parametrize("dtype, cache_dtype, hq, hkv, d, bs, seq_lens, max_blocks", DECODE_CASES)
 def test_decode(gen, dtype, cache_dtype, hq, hkv, d, bs, seq_lens, max_blocks):
-    inputs = _decode_inputs(gen, dtype, cache_dtype, hq, hkv, d, bs, seq_lens, max_blocks)
+    inputs = decode_call(Draw(gen), dtype, cache_dtype, hq, hkv, d, bs, seq_lens, max_blocks)
     out = _compare(ops.paged_decode_attention, dtype, **inputs)
     for r, n in enumerate(seq_lens):
         if n == 0:
@@ -123,7 +86,7 @@ def test_decode_cases_cover_both_paths():
 
 def test_decode_strided_query_and_scale(gen):
     """A non-contiguous query (a slice of a fused projection) and an explicit softmax scale."""
-    inputs = _decode_inputs(gen, FP32, FP32, 4, 2, 64, 16, [21, 5], 2)
+    inputs = decode_call(Draw(gen), FP32, FP32, 4, 2, 64, 16, [21, 5], 2)
     fused = torch.randn(2, 4, 3 * 64, generator=gen)
     inputs["query"] = fused[:, :, 64:128]
     assert not inputs["query"].is_contiguous()
@@ -142,7 +105,7 @@ def test_choose_splits_covers_every_position():
 @NEEDS_GPU
 @pytest.mark.parametrize("cache_dtype", [BF16, INT8])
 def test_decode_bf16(gen, cache_dtype):
-    inputs = _decode_inputs(gen, BF16, cache_dtype, 16, 2, 256, 64, [1000, 1, 0, 300], 16)
+    inputs = decode_call(Draw(gen), BF16, cache_dtype, 16, 2, 256, 64, [1000, 1, 0, 300], 16)
     _compare(ops.paged_decode_attention, BF16, **inputs)
 
 
@@ -169,23 +132,9 @@ PREFILL_CASES = [
 ]
 
 
-def _prefill_inputs(gen, dtype, cache_dtype, hq, hkv, d, bs, q_lens, context_lens):
-    t = sum(q_lens)
-    inputs = dict(query=torch.randn(t, hq, d, generator=gen).to(dtype),
-                  key=torch.randn(t, hkv, d, generator=gen).to(dtype),
-                  value=torch.randn(t, hkv, d, generator=gen).to(dtype),
-                  cu_seqlens_q=_offsets(q_lens))
-    if context_lens is not None:
-        tables, nb = _block_tables(gen, context_lens, bs, -(-max(context_lens) // bs) + 1)
-        kc, vc, ks, vs = _paged_cache(gen, nb, hkv, bs, d, cache_dtype)
-        inputs.update(key_cache=kc, value_cache=vc, block_tables=tables,
-                      context_lens=torch.tensor(context_lens, dtype=torch.int32), k_scale=ks, v_scale=vs)
-    return inputs
-
-
 @pytest.mark.parametrize("dtype, cache_dtype, hq, hkv, d, bs, q_lens, context_lens, causal", PREFILL_CASES)
 def test_prefill(gen, dtype, cache_dtype, hq, hkv, d, bs, q_lens, context_lens, causal):
-    inputs = _prefill_inputs(gen, dtype, cache_dtype, hq, hkv, d, bs, q_lens, context_lens)
+    inputs = prefill_call(Draw(gen), dtype, cache_dtype, hq, hkv, d, bs, q_lens, context_lens)
     _compare(ops.prefill_attention, dtype, causal=causal, **inputs)
 
 
@@ -193,13 +142,13 @@ def test_prefill_strided_qkv_and_scale(gen):
     """q, k, v as views of one fused QKV projection [T, Hq + 2 Hkv, D], with an explicit scale."""
     q_lens, hq, hkv, d = [9, 4], 4, 2, 64
     qkv = torch.randn(sum(q_lens), hq + 2 * hkv, d, generator=gen).to(FP16)
-    inputs = _prefill_inputs(gen, FP16, FP16, hq, hkv, d, 16, q_lens, [10, 3])
+    inputs = prefill_call(Draw(gen), FP16, FP16, hq, hkv, d, 16, q_lens, [10, 3])
     inputs.update(query=qkv[:, :hq], key=qkv[:, hq:hq + hkv], value=qkv[:, hq + hkv:])
     _compare(ops.prefill_attention, FP16, scale=0.2, **inputs)
 
 
 def test_prefill_no_tokens(gen):
-    inputs = _prefill_inputs(gen, FP32, None, 2, 1, 64, 16, [0, 0], None)
+    inputs = prefill_call(Draw(gen), FP32, None, 2, 1, 64, 16, [0, 0], None)
     assert _compare(ops.prefill_attention, FP32, **inputs).shape == (0, 2, 64)
 
 
@@ -207,7 +156,7 @@ def test_prefill_no_tokens(gen):
 @NEEDS_GPU
 @pytest.mark.parametrize("cache_dtype", [BF16, INT8])
 def test_prefill_bf16(gen, cache_dtype):
-    inputs = _prefill_inputs(gen, BF16, cache_dtype, 16, 2, 256, 64, [300, 1, 77], [0, 500, 64])
+    inputs = prefill_call(Draw(gen), BF16, cache_dtype, 16, 2, 256, 64, [300, 1, 77], [0, 500, 64])
     _compare(ops.prefill_attention, BF16, **inputs)
 
 
@@ -227,23 +176,9 @@ MIXED_CASES = [
 ]
 
 
-def _mixed_inputs(gen, dtype, cache_dtype, hq, hkv, d, bs, q_lens, seq_lens, num_decodes):
-    t = sum(q_lens)
-    # Decodes read all seq_lens[r] tokens from the cache; prefills seq_lens[r] - q_len.
-    cached = [s if r < num_decodes else s - q for r, (q, s) in enumerate(zip(q_lens, seq_lens))]
-    tables, nb = _block_tables(gen, cached, bs, -(-max(seq_lens) // bs) + 1)
-    kc, vc, ks, vs = _paged_cache(gen, nb, hkv, bs, d, cache_dtype)
-    return dict(query=torch.randn(t, hq, d, generator=gen).to(dtype),
-                key=torch.randn(t, hkv, d, generator=gen).to(dtype),
-                value=torch.randn(t, hkv, d, generator=gen).to(dtype),
-                key_cache=kc, value_cache=vc, block_tables=tables, query_start_loc=_offsets(q_lens),
-                seq_lens=torch.tensor(seq_lens, dtype=torch.int32), num_decodes=num_decodes,
-                k_scale=ks, v_scale=vs)
-
-
 @pytest.mark.parametrize("dtype, cache_dtype, hq, hkv, d, bs, q_lens, seq_lens, num_decodes", MIXED_CASES)
 def test_mixed(gen, dtype, cache_dtype, hq, hkv, d, bs, q_lens, seq_lens, num_decodes):
-    inputs = _mixed_inputs(gen, dtype, cache_dtype, hq, hkv, d, bs, q_lens, seq_lens, num_decodes)
+    inputs = mixed_call(Draw(gen), dtype, cache_dtype, hq, hkv, d, bs, q_lens, seq_lens, num_decodes)
     _compare(ops.mixed_attention, dtype, **inputs)
 
 
@@ -255,7 +190,7 @@ def test_mixed_is_decode_then_prefill(gen):
     same loops as the mixed kernel: bit for bit equal under the interpreter
     (on a GPU, autotuning may pick different tiles: equal within tolerance).
     """
-    inputs = _mixed_inputs(gen, FP16, INT8, 4, 2, 64, 16, [1, 1, 6, 3], [20, 0, 25, 3], 2)
+    inputs = mixed_call(Draw(gen), FP16, INT8, 4, 2, 64, 16, [1, 1, 6, 3], [20, 0, 25, 3], 2)
     moved = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     mixed = ops.mixed_attention(**moved, backend="triton")
     qsl, sl, scales = moved["query_start_loc"], moved["seq_lens"], dict(k_scale=moved["k_scale"], v_scale=moved["v_scale"])
@@ -275,7 +210,8 @@ def test_mixed_is_decode_then_prefill(gen):
 
 def test_empty_batches(gen):
     """No requests at all: every kernel returns an empty [0, Hq, D] without launching."""
-    kc, vc = (c.to(DEVICE) for c in _paged_cache(gen, 1, 1, 16, 64, FP32)[:2])
+    caches = paged_cache(Draw(gen), 1, 1, 16, 64, FP32)
+    kc, vc = caches["key_cache"].to(DEVICE), caches["value_cache"].to(DEVICE)
     empty_q, empty_kv = torch.randn(0, 2, 64, device=DEVICE), torch.randn(0, 1, 64, device=DEVICE)
     none, table = (torch.zeros(shape, dtype=torch.int32, device=DEVICE) for shape in ((0,), (0, 1)))
     offsets = [torch.zeros(n, dtype=torch.int32, device=DEVICE) for n in (1, 3)]
@@ -289,7 +225,7 @@ def test_empty_batches(gen):
 @NEEDS_GPU
 @pytest.mark.parametrize("cache_dtype", [BF16, INT8])
 def test_mixed_bf16(gen, cache_dtype):
-    inputs = _mixed_inputs(gen, BF16, cache_dtype, 16, 2, 256, 64, [1, 1, 200, 50], [700, 2, 200, 400], 2)
+    inputs = mixed_call(Draw(gen), BF16, cache_dtype, 16, 2, 256, 64, [1, 1, 200, 50], [700, 2, 200, 400], 2)
     _compare(ops.mixed_attention, BF16, **inputs)
 
 

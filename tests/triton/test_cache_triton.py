@@ -14,29 +14,23 @@ import pytest
 import torch
 
 from qwen_ops import ops
+from qwen_ops.testing import Draw, cache_write_call, random_cache, slot_mapping
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
 
 
 def _caches(gen, num_blocks, hkv, block_size, head_dim, dtype):
-    """Two caches pre-filled with random values, so that unwritten slots are checked to stay intact."""
-    shape = (num_blocks, hkv, block_size, head_dim)
-    if dtype == torch.int8:
-        return [torch.randint(-128, 128, shape, generator=gen, dtype=torch.int8) for _ in range(2)]
-    return [torch.randn(shape, generator=gen).to(dtype) for _ in range(2)]
+    """Two caches pre-filled with garbage, so that unwritten slots are checked to stay intact."""
+    draw, shape = Draw(gen), (num_blocks, hkv, block_size, head_dim)
+    return [random_cache(draw, shape, dtype) for _ in range(2)]
 
 
-def _scales(gen, hkv, head_dim):
-    """Random per-channel scales (not powers of two, so the division is inexact)."""
-    return [(torch.rand(hkv, head_dim, generator=gen) * 0.05 + 0.005) for _ in range(2)]
-
-
-def _run_both(key, value, key_cache, value_cache, slots, k_scale=None, v_scale=None):
+def _run_both(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):
     """Run the reference and the kernel on copies of the caches; return both pairs (on the CPU)."""
     results = []
     for backend in ("torch", "triton"):
         kc, vc = key_cache.clone().to(DEVICE), value_cache.clone().to(DEVICE)
-        ops.reshape_and_cache(key.to(DEVICE), value.to(DEVICE), kc, vc, slots.to(DEVICE),
+        ops.reshape_and_cache(key.to(DEVICE), value.to(DEVICE), kc, vc, slot_mapping.to(DEVICE),
                               None if k_scale is None else k_scale.to(DEVICE),
                               None if v_scale is None else v_scale.to(DEVICE), backend=backend)
         results.append((kc.cpu(), vc.cpu()))
@@ -77,14 +71,12 @@ CASES = [
 @pytest.mark.parametrize("dtype, cache_dtype, t, hkv, d, bs, nb", CASES)
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_matches_reference(gen, dtype, cache_dtype, t, hkv, d, bs, nb, index_dtype):
-    key = torch.randn(t, hkv, d, generator=gen).to(dtype) * 2
-    value = torch.randn(t, hkv, d, generator=gen).to(dtype) * 2
-    slots = torch.randperm(nb * bs, generator=gen)[:t].to(index_dtype)
-    slots[1] = -1  # padding
-    key_cache, value_cache = _caches(gen, nb, hkv, bs, d, cache_dtype)
-    scales = _scales(gen, hkv, d) if cache_dtype == torch.int8 else (None, None)
-    results = _run_both(key, value, key_cache, value_cache, slots, *scales)
-    _assert_same(results, key_cache, value_cache, slots, bs)
+    # Caches full of garbage, random per-channel scales (not powers of two, so the division is inexact),
+    # token 1 padding.
+    call = cache_write_call(Draw(gen), tokens=t, hkv=hkv, head_dim=d, block_size=bs, num_blocks=nb, dtype=dtype,
+                            cache_dtype=cache_dtype, key_scale=2.0, padding=1, slot_dtype=index_dtype)
+    results = _run_both(**call)
+    _assert_same(results, call["key_cache"], call["value_cache"], call["slot_mapping"], bs)
 
 
 def test_strided_key_value(gen):
@@ -93,7 +85,7 @@ def test_strided_key_value(gen):
     qkv = torch.randn(t, 4 + 2 * hkv, d, generator=gen).to(torch.float16)
     key, value = qkv[:, 4:4 + hkv], qkv[:, 4 + hkv:]
     assert not key.is_contiguous()
-    slots = torch.randperm(nb * bs, generator=gen)[:t].to(torch.int32)
+    slots = slot_mapping(Draw(gen), nb * bs, t)
     key_cache, value_cache = _caches(gen, nb, hkv, bs, d, torch.float16)
     _assert_same(_run_both(key, value, key_cache, value_cache, slots), key_cache, value_cache, slots, bs)
 

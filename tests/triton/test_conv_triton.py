@@ -28,15 +28,12 @@ import torch
 from tolerances import INTERPRETER_FP32_TO_BF16, KERNEL_VS_REFERENCE, tol
 
 from qwen_ops import ops
+from qwen_ops.testing import Draw, conv_fn_call, conv_update_call, offsets
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
 F32 = torch.float32
 BF16 = torch.bfloat16
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def offsets(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
 
 
 def run_both(fn, pool, device=DEVICE, **kwargs):
@@ -89,15 +86,11 @@ FN_CASES = [
 
 @pytest.mark.parametrize("dtype, pool_dtype, width, with_bias, activation, lengths, indices, has_initial", FN_CASES)
 def test_causal_conv1d_fn(gen, dtype, pool_dtype, width, with_bias, activation, lengths, indices, has_initial):
-    channels = 200 if width == 4 else 96
-    x = torch.randn(sum(lengths), channels, generator=gen).to(dtype)
-    weight = torch.randn(channels, width, generator=gen).to(dtype)
-    bias = torch.randn(channels, generator=gen).to(dtype) if with_bias else None
-    pool = torch.randn(8, width - 1, channels, generator=gen).to(pool_dtype)
-    index_dtype = torch.int64 if width == 2 else torch.int32
-    results = run_both(ops.causal_conv1d_fn, pool, x=x, weight=weight, bias=bias,
-                       query_start_loc=offsets(lengths), cache_indices=torch.tensor(indices, dtype=index_dtype),
-                       has_initial_state=torch.tensor(has_initial), activation=activation)
+    call = conv_fn_call(Draw(gen), lengths, 200 if width == 4 else 96, width, dtype, pool_rows=8, pool_dtype=pool_dtype,
+                        cache_indices=indices, has_initial_state=has_initial, bias=with_bias,
+                        index_dtype=torch.int64 if width == 2 else torch.int32)
+    pool = call.pop("conv_states")
+    results = run_both(ops.causal_conv1d_fn, pool, activation=activation, **call)
     assert_matches(results, dtype, pool, {i for i in indices if i >= 0})
 
 
@@ -129,14 +122,11 @@ UPDATE_CASES = [
 
 @pytest.mark.parametrize("dtype, pool_dtype, width, with_bias, activation, indices", UPDATE_CASES)
 def test_causal_conv1d_update(gen, dtype, pool_dtype, width, with_bias, activation, indices):
-    channels = 200 if width == 4 else 96
-    x = torch.randn(len(indices), channels, generator=gen).to(dtype)
-    weight = torch.randn(channels, width, generator=gen).to(dtype)
-    bias = torch.randn(channels, generator=gen).to(dtype) if with_bias else None
-    pool = torch.randn(6, width - 1, channels, generator=gen).to(pool_dtype)
-    index_dtype = torch.int64 if width == 3 else torch.int32
-    results = run_both(ops.causal_conv1d_update, pool, x=x, weight=weight, bias=bias,
-                       cache_indices=torch.tensor(indices, dtype=index_dtype), activation=activation)
+    call = conv_update_call(Draw(gen), 200 if width == 4 else 96, width, dtype, pool_rows=6, pool_dtype=pool_dtype,
+                            cache_indices=indices, bias=with_bias,
+                            index_dtype=torch.int64 if width == 3 else torch.int32)
+    pool = call.pop("conv_states")
+    results = run_both(ops.causal_conv1d_update, pool, activation=activation, **call)
     assert_matches(results, dtype, pool, {i for i in indices if i >= 0})
     tri_out = results[1][0]
     for b, i in enumerate(indices):
@@ -148,13 +138,10 @@ def test_bf16(gen):
     """bf16 (no tl.dot here, so it also runs under the interpreter):
     bfloat16 x and pool at a Qwen3.5-like width (C = 1024, K = 4), prefill then one decode step."""
     channels, width, lengths = 1024, 4, [1, 130, 17]
-    x = torch.randn(sum(lengths), channels, generator=gen).to(torch.bfloat16)
-    weight = torch.randn(channels, width, generator=gen).to(torch.bfloat16)
-    pool = torch.randn(4, width - 1, channels, generator=gen).to(torch.bfloat16)
-    indices = torch.tensor([3, 0, 1], dtype=torch.int32)
-    results = run_both(ops.causal_conv1d_fn, pool, x=x, weight=weight, bias=None,
-                       query_start_loc=offsets(lengths), cache_indices=indices,
-                       has_initial_state=torch.tensor([True, False, True]), activation="silu")
+    call = conv_fn_call(Draw(gen), lengths, channels, width, torch.bfloat16, pool_rows=4, cache_indices=[3, 0, 1],
+                        has_initial_state=[True, False, True], bias=False)
+    pool, weight, indices = call.pop("conv_states"), call["weight"], call["cache_indices"]
+    results = run_both(ops.causal_conv1d_fn, pool, activation="silu", **call)
     assert_matches(results, torch.bfloat16, pool, {0, 1, 3})
     step = torch.randn(3, channels, generator=gen).to(torch.bfloat16)
     results = run_both(ops.causal_conv1d_update, pool, x=step, weight=weight, bias=None,

@@ -17,6 +17,7 @@ import torch
 from tolerances import KERNEL_VS_REFERENCE, tol
 
 from qwen_ops import ops
+from qwen_ops.testing import Draw, gating_inputs
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
 F32 = torch.float32
@@ -41,12 +42,9 @@ def assert_matches(results, b_dtype):
 
 
 def draw(gen, tokens, heads, dtype):
-    A_log = torch.randn(heads, generator=gen)
-    dt_bias = torch.randn(heads, generator=gen).to(dtype)
     # a spans roughly [-60, 60]: softplus on both sides of the threshold 20 and deep in exp underflow.
-    a = (torch.randn(tokens, heads, generator=gen) * 20).to(dtype)
-    b = (torch.randn(tokens, heads, generator=gen) * 4).to(dtype)
-    return A_log, a, b, dt_bias
+    call = gating_inputs(Draw(gen), tokens, heads, dtype, a_scale=20.0, b_scale=4.0, dt_bias_dtype=dtype)
+    return call["A_log"], call["a"], call["b"], call["dt_bias"]
 
 
 @pytest.mark.parametrize("dtype", [F32, torch.float16])

@@ -22,10 +22,10 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
 from tolerances import KERNEL_VS_REFERENCE, tol
 
 from qwen_ops import ops
+from qwen_ops.testing import Draw, gdn_inputs, offsets
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -38,23 +38,6 @@ OPS = {"chunk": ops.chunk_gated_delta_rule, "recurrent": ops.fused_recurrent_gat
 PACKED_LENGTHS = {"chunk": [0, 1, 64, 70], "recurrent": [0, 1, 9, 6]}
 BATCH_TOKENS = {"chunk": 70, "recurrent": 9}
 POOL_LENGTHS = {"chunk": [3, 66, 5, 20], "recurrent": [3, 7, 5, 2]}
-
-
-def draw(gen, *, batch, tokens, hk, hv, dk, dv, dtype, l2norm):
-    """Fresh q, k, v, g, beta; without in-kernel l2norm k has unit norm so the state stays bounded."""
-    q = torch.randn(batch, tokens, hk, dk, generator=gen)
-    k = torch.randn(batch, tokens, hk, dk, generator=gen)
-    if not l2norm:
-        k = k / k.norm(dim=-1, keepdim=True)
-    v = torch.randn(batch, tokens, hv, dv, generator=gen)
-    # Mostly slow decay (g near -0.05) so that state carries across chunk boundaries.
-    g = F.logsigmoid(3.0 + torch.randn(batch, tokens, hv, generator=gen))
-    beta = torch.rand(batch, tokens, hv, generator=gen) * 0.98 + 0.01
-    return [q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype)]
-
-
-def offsets(lengths):
-    return torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
 
 
 def run_both(op, inputs, *, initial_state=None, device=DEVICE, **kwargs):
@@ -100,7 +83,8 @@ def test_packed_sequences_with_initial_states(gen, op, dtype):
     """
     lengths = PACKED_LENGTHS[op]
     hk, hv, dk, dv = 1, 2, 32, 48
-    inputs = draw(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype, l2norm=False)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv,
+                        dtype=dtype, l2norm_in_kernel=False)
     initial = torch.randn(len(lengths), hv, dk, dv, generator=gen)
     has_initial = torch.tensor([True, True, False, True])
     results = run_both(OPS[op], inputs, initial_state=initial, output_final_state=True,
@@ -115,7 +99,8 @@ def test_batch_with_l2norm_and_no_final_state(gen, op):
 
     Rows of 70 tokens cross a chunk boundary (chunk op); no initial and no final state.
     """
-    inputs = draw(gen, batch=2, tokens=BATCH_TOKENS[op], hk=2, hv=2, dk=64, dv=32, dtype=torch.float16, l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=2, tokens=BATCH_TOKENS[op], hk=2, hv=2, dk=64, dv=32,
+                        dtype=torch.float16, l2norm_in_kernel=True)
     results = run_both(OPS[op], inputs, use_qk_l2norm_in_kernel=True)
     assert results[1][1] is None
     assert_matches(results, torch.float16)
@@ -133,7 +118,8 @@ def test_state_pool_with_padding(gen, op, output_final_state):
     indices = torch.tensor([5, 0, -1, 2], dtype=torch.int32)
     has_initial = torch.tensor([True, False, True, True])
     hk, hv, dk, dv, rows = 2, 4, 32, 32, 7
-    inputs = draw(gen, batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv, dtype=F32, l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=hk, hv=hv, dk=dk, dv=dv,
+                        dtype=F32, l2norm_in_kernel=True)
     pool = torch.randn(rows, hv, dk, dv, generator=gen)
     results = run_both(OPS[op], inputs, initial_state=pool, output_final_state=output_final_state,
                        cu_seqlens=offsets(lengths), ssm_state_indices=indices, has_initial_state=has_initial,
@@ -154,7 +140,7 @@ def test_state_pool_with_padding(gen, op, output_final_state):
 def test_decode_step_on_state_pool(gen, op, dtype, index_dtype):
     """The engine's decode call: B = 5 sequences of one token each, no cu_seqlens, pool with padding."""
     hk, hv, dk, dv = 2, 4, 32, 32
-    inputs = draw(gen, batch=5, tokens=1, hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype, l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=5, tokens=1, hk=hk, hv=hv, dk=dk, dv=dv, dtype=dtype, l2norm_in_kernel=True)
     indices = torch.tensor([4, -1, 0, 6, 2], dtype=index_dtype)
     pool = torch.randn(7, hv, dk, dv, generator=gen)
     results = run_both(OPS[op], inputs, initial_state=pool, ssm_state_indices=indices, use_qk_l2norm_in_kernel=True)
@@ -170,7 +156,7 @@ def test_head_dim_256(gen, op):
 
     One head and 20 tokens (one partial chunk) keep the interpreter within seconds.
     """
-    inputs = draw(gen, batch=1, tokens=20, hk=1, hv=1, dk=256, dv=256, dtype=F32, l2norm=False)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=20, hk=1, hv=1, dk=256, dv=256, dtype=F32, l2norm_in_kernel=False)
     initial = torch.randn(1, 1, 256, 256, generator=gen) * 0.1
     assert_matches(run_both(OPS[op], inputs, initial_state=initial, output_final_state=True), F32)
 
@@ -181,7 +167,7 @@ def test_chunk_kernel_crosses_several_chunks(gen):
     Checked against the recurrence too, so the kernel's inverse and WY terms
     are tested beyond agreeing with the chunked reference that shares its algorithm.
     """
-    inputs = draw(gen, batch=1, tokens=200, hk=1, hv=1, dk=32, dv=32, dtype=F32, l2norm=False)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=200, hk=1, hv=1, dk=32, dv=32, dtype=F32, l2norm_in_kernel=False)
     initial = torch.randn(1, 1, 32, 32, generator=gen)
     (_, _, _), (tri_o, tri_final, _) = run_both(ops.chunk_gated_delta_rule, inputs, initial_state=initial,
                                                 output_final_state=True)
@@ -197,8 +183,8 @@ def test_chunk_kernel_crosses_several_chunks(gen):
 def test_bf16_on_gpu(gen, op):
     """bfloat16 inputs at Qwen3.5-like head dims (Dk = Dv = 128, Hv = 2 Hk), packed with a pool."""
     lengths = [1, 130, 17]
-    inputs = draw(gen, batch=1, tokens=sum(lengths), hk=2, hv=4, dk=128, dv=128, dtype=torch.bfloat16,
-                  l2norm=True)
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=2, hv=4, dk=128, dv=128, dtype=torch.bfloat16,
+                  l2norm_in_kernel=True)
     pool = torch.randn(4, 4, 128, 128, generator=gen)
     results = run_both(OPS[op], inputs, initial_state=pool, output_final_state=True, cu_seqlens=offsets(lengths),
                        ssm_state_indices=torch.tensor([3, 0, 1], dtype=torch.int32), use_qk_l2norm_in_kernel=True,
