@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 from typing import Callable
 
@@ -184,13 +185,32 @@ METADATA_ARGUMENTS = frozenset({
 })
 
 
-def dispatch(op: str, backend: str | None, device: torch.device, **arguments):
-    """Run ``op`` on the backend that serves ``device`` with validated ``arguments``."""
+def dispatch(op: str, backend: str | None, device: torch.device, derived: dict | None = None, **arguments):
+    """Run ``op`` on the backend that serves ``device`` with validated ``arguments``.
+
+    ``derived``: metadata an engine computed once per step from the others (a
+    chunk table, attention work units), given only to implementations that
+    take it (the others need none); None entries are dropped.
+    """
     impl = resolve(op, backend, device)
     for name in METADATA_ARGUMENTS.intersection(arguments):
         if arguments[name] is not None:
             arguments[name] = arguments[name].contiguous()
+    for name, value in (derived or {}).items():
+        if value is not None and name in _parameters(impl):
+            arguments[name] = value.contiguous()
     return impl(**arguments)
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(impl: Callable) -> frozenset[str]:
+    return frozenset(inspect.signature(impl).parameters)
+
+
+def resolved_backend(op: str, backend: str | None, device: torch.device) -> str:
+    """The name of the backend ``dispatch`` would run ``op`` on (raises ``BackendError`` as it would)."""
+    target = resolve(op, backend, device)
+    return next(name for name, path in IMPLEMENTATIONS[op].items() if _load(path) is target)
 
 
 @functools.lru_cache(maxsize=None)
