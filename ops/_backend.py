@@ -153,6 +153,11 @@ def resolve(op: str, backend: str | None, device: torch.device) -> Callable:
     to serve the call, or ``BackendError`` says why. Without one, the first
     backend in the device's preference order that implements ``op`` wins.
     """
+    return _load(IMPLEMENTATIONS[op][resolved_backend(op, backend, device)])
+
+
+def resolved_backend(op: str, backend: str | None, device: torch.device) -> str:
+    """The name of the backend ``resolve`` picks for ``op`` (raises ``BackendError`` as it does)."""
     table = IMPLEMENTATIONS[op]
     requested = backend or os.environ.get("QWEN_OPS_BACKEND") or None
     if requested is not None:
@@ -166,10 +171,10 @@ def resolve(op: str, backend: str | None, device: torch.device) -> Callable:
         reason = _can_serve(requested, device)
         if reason is not None:
             raise BackendError(f"{op}: backend {requested!r} cannot serve {device.type} tensors: {reason}")
-        return _load(table[requested])
+        return requested
     for candidate in _default_order(device):
         if candidate in table and _can_serve(candidate, device) is None:
-            return _load(table[candidate])
+            return candidate
     raise BackendError(f"{op}: no backend can serve {device.type} tensors")  # pragma: no cover
 
 
@@ -205,12 +210,6 @@ def dispatch(op: str, backend: str | None, device: torch.device, derived: dict |
 @functools.lru_cache(maxsize=None)
 def _parameters(impl: Callable) -> frozenset[str]:
     return frozenset(inspect.signature(impl).parameters)
-
-
-def resolved_backend(op: str, backend: str | None, device: torch.device) -> str:
-    """The name of the backend ``dispatch`` would run ``op`` on (raises ``BackendError`` as it would)."""
-    target = resolve(op, backend, device)
-    return next(name for name, path in IMPLEMENTATIONS[op].items() if _load(path) is target)
 
 
 @functools.lru_cache(maxsize=None)
