@@ -138,3 +138,23 @@ def test_given_prefill_units_give_the_same_result(gen):
     units = ops.prefill_units_for(qsl, 0, op="prefill_attention", backend="triton", **shape)
     torch.testing.assert_close(ops.prefill_attention(**pre, backend="triton", prefill_units=units),
                                ops.prefill_attention(**pre, backend="triton"), atol=0, rtol=0)
+
+
+def test_derived_metadata_arguments_trace_with_fakes(gen):
+    """The new optional arguments keep the ops traceable by torch.compile (their fakes check shapes only)."""
+    case = _mixed_case(gen)
+    units = ops.prefill_units_for(case["query_start_loc"], 2, backend="triton", device="cpu", dtype=torch.float32,
+                                  num_q_heads=4, num_kv_heads=2, head_dim=16)
+    args, cu = _gdn_case([70, 5], gen)
+    indices, offsets = ops.prepare_chunk_indices(cu)
+
+    def step(case, units, args, cu, indices, offsets):
+        attn = ops.mixed_attention(**case, prefill_units=units)
+        o, _ = ops.chunk_gated_delta_rule(*args, cu_seqlens=cu, chunk_indices=indices, chunk_offsets=offsets)
+        return attn, o
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    got = compiled(case, units, args, cu, indices, offsets)
+    want = step(case, units, args, cu, indices, offsets)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
