@@ -10,7 +10,6 @@ lifetimes or outputs: that is the engine's part.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -24,8 +23,6 @@ from .kv_cache import MemoryPlan, ModelCaches, allocate_caches
 from .qwen3_5 import Qwen35ForCausalLM
 from .sampling import SamplingParams, sample
 from .step_inputs import StepInputs
-
-logger = logging.getLogger("qwen_ops.engine")
 
 WARM_UP_ID = "warm-up"
 

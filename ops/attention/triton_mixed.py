@@ -79,8 +79,9 @@ def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, 
     device = query.device
     k_scale, v_scale, int8 = scale_pointers(key_cache, k_scale, v_scale, seq_lens)
     rows = prefill_rows(target(device), geo.decode_m, geo.block_d, geo.elem_bytes, int8)
-    decode_units = torch.stack([torch.arange(num_decodes, dtype=torch.int32),
-                                torch.zeros(num_decodes, dtype=torch.int32)], dim=1).to(device)
+    # Built on the device (no copy per layer): decode request r is unit (r, 0).
+    decode_units = torch.stack([torch.arange(num_decodes, dtype=torch.int32, device=device),
+                                torch.zeros(num_decodes, dtype=torch.int32, device=device)], dim=1)
     units = torch.cat([decode_units, given_or_own_units("mixed_attention", prefill_units, query_start_loc,
                                                         num_decodes, rows // geo.g_p2)])
     n_items = units.shape[0] * hkv

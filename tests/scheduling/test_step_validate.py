@@ -2,7 +2,6 @@
 import dataclasses
 
 import pytest
-import torch
 from sched_helpers import make_request, make_scheduler, step
 
 from qwen_ops.scheduling import build_step_metadata
