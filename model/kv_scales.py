@@ -58,7 +58,7 @@ def calibrate_kv_scales(config: Qwen35Config, prompts: Iterable[list[int]], scor
 
 
 def as_channel_scale(t: torch.Tensor, name: str, shape) -> torch.Tensor:
-    """One checkpoint scale tensor as float32 [Hkv, D] (a single value is broadcast); must be > 0."""
+    """One checkpoint scale tensor as float32 [Hkv, D] (a single value is broadcast); must be finite and > 0."""
     t = t.to(torch.float32)
     if t.numel() == 1:
         t = t.reshape(1).expand(shape[0] * shape[1])
@@ -66,6 +66,7 @@ def as_channel_scale(t: torch.Tensor, name: str, shape) -> torch.Tensor:
         raise ValueError(f"INT8 KV scale {name!r} has shape {tuple(t.shape)}; expected one value or "
                          f"{shape[0] * shape[1]} (= Hkv * D) per-channel values")
     t = t.reshape(shape).contiguous()
-    if not bool((t > 0).all()):
-        raise ValueError(f"INT8 KV scale {name!r} must be > 0 everywhere")
+    # Checked here once: the ops on the engine's trusted path do not check scales again.
+    if not bool((torch.isfinite(t) & (t > 0)).all()):
+        raise ValueError(f"INT8 KV scale {name!r} must be finite and > 0 everywhere")
     return t

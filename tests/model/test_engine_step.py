@@ -64,3 +64,12 @@ def test_max_model_len_is_fitted_to_the_budget_when_not_given(text_checkpoint, c
     assert len(out[0].outputs[0].token_ids) == 3
     with pytest.raises(ValueError, match="cannot hold one request of max_model_len=512"):
         LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget, max_model_len=512)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0])
+def test_checkpoint_kv_scales_are_checked_once_at_load(bad):
+    from qwen_ops.model.kv_scales import as_channel_scale
+
+    assert as_channel_scale(torch.tensor([0.5]), "s", (2, 4)).shape == (2, 4)
+    with pytest.raises(ValueError, match="must be finite and > 0"):
+        as_channel_scale(torch.full((8,), bad), "s", (2, 4))
