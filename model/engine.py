@@ -32,6 +32,7 @@ import torch
 from ..scheduling import Request, Scheduler, SchedulerConfig, default_batch_limits
 from .backends import describe as describe_backends
 from .config import Qwen35Config
+from .device_memory import default_device, default_kv_cache_gib, device_memory
 from .kv_cache import fit_max_model_len, plan_memory
 from .kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
 from .model_runner import ModelRunner
@@ -45,10 +46,6 @@ logger = logging.getLogger("qwen_ops.engine")
 __all__ = ["LLMEngine"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# KV memory used on a CPU when no budget is given: this share of the memory available at start (the
-# weights already loaded), since the host's RAM is shared with everything else running there.
-CPU_KV_MEMORY_FRACTION = 0.1
-ACCELERATOR_MEMORY_UTILIZATION = 0.9
 
 
 @dataclass
@@ -74,25 +71,6 @@ def _derived_seed(seed: int, request_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{request_id}".encode()).digest()[:8], "little") % 2**63
 
 
-def _default_device() -> torch.device:
-    if hasattr(torch, "npu") and torch.npu.is_available():  # torch_npu registers torch.npu
-        return torch.device("npu")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    return torch.device("cpu")
-
-
-def _device_memory(device: torch.device) -> tuple[float, str]:
-    """(memory in GiB, device name) as the batch-limit defaults read them."""
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        return props.total_memory / 2**30, props.name
-    if device.type == "npu":
-        props = torch.npu.get_device_properties(device)
-        return props.total_memory / 2**30, props.name
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, "cpu"
-
-
 def _check_int(name: str, value, minimum: int, *, optional: bool = False) -> None:
     """Raise ValueError naming LLM's argument ``name`` unless ``value`` is an int >= minimum (or None if optional)."""
     if value is None and optional:
@@ -100,18 +78,6 @@ def _check_int(name: str, value, minimum: int, *, optional: bool = False) -> Non
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         none = " or None" if optional else ""
         raise ValueError(f"LLM({name}=...) must be an int >= {minimum}{none}, got {value!r}")
-
-
-def _cpu_available_gib() -> float:
-    """Memory the kernel says can be allocated without swapping (MemAvailable), in GiB."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 / 2**30
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
 
 
 class LLMEngine:
@@ -175,7 +141,7 @@ class LLMEngine:
 
             model = default_model_dir()
         self.model_dir = os.fspath(model)
-        self.device = torch.device(device) if device is not None else _default_device()
+        self.device = torch.device(device) if device is not None else default_device()
         self.dtype = DTYPES[dtype]
         self.config = Qwen35Config.from_pretrained(self.model_dir)
         if max_model_len is not None and max_model_len > self.config.max_position_embeddings:
@@ -189,18 +155,15 @@ class LLMEngine:
         self.seed = seed
         self._counter = itertools.count()
 
-        memory_gib, device_name = _device_memory(self.device)
+        memory_gib, device_name = device_memory(self.device)
         default_tokens, default_seqs = default_batch_limits(memory_gib, device_name, "offline")
         if max_num_batched_tokens is None:
             max_num_batched_tokens = max(default_tokens, max_num_seqs or 0)
         if max_num_seqs is None:
             max_num_seqs = min(default_seqs, max_num_batched_tokens)
         if kv_cache_memory_gib is None:
-            if self.device.type == "cpu":
-                kv_cache_memory_gib = CPU_KV_MEMORY_FRACTION * _cpu_available_gib()
-            else:
-                weight_gib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**30
-                kv_cache_memory_gib = max(ACCELERATOR_MEMORY_UTILIZATION * memory_gib - weight_gib, 0.0)
+            weight_gib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**30
+            kv_cache_memory_gib = default_kv_cache_gib(self.device, memory_gib, weight_gib)
         if isinstance(kv_cache_memory_gib, bool) or not isinstance(kv_cache_memory_gib, (int, float)) \
                 or not kv_cache_memory_gib > 0:
             raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")

@@ -45,11 +45,13 @@ def test_engine_is_usable_without_llm_and_names_stay_importable(text_checkpoint)
 
 
 def test_cpu_budget_follows_available_memory(text_checkpoint, monkeypatch):
-    monkeypatch.setattr(engine_module, "_cpu_available_gib", lambda: 3.0)
+    from qwen_ops.model import device_memory
+
+    monkeypatch.setattr(device_memory, "cpu_available_gib", lambda: 3.0)
     llm = LLM(text_checkpoint, num_blocks=32, max_num_seqs=2)
-    assert llm.kv_cache_memory_gib == pytest.approx(engine_module.CPU_KV_MEMORY_FRACTION * 3.0)
+    assert llm.kv_cache_memory_gib == pytest.approx(device_memory.CPU_KV_MEMORY_FRACTION * 3.0)
     monkeypatch.undo()
-    assert engine_module._cpu_available_gib() > 0
+    assert 0 < device_memory.cpu_available_gib() < device_memory.device_memory(torch.device("cpu"))[0]
 
 
 def test_max_model_len_is_fitted_to_the_budget_when_not_given(text_checkpoint, caplog):
