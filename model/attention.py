@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from .. import ops
 from .backends import backend_chooser
 from .config import Qwen35Config
-from .forward_batch import ForwardBatch
+from .step_inputs import StepInputs
 from .layers import apply_rope, rms_norm_zero_centred
 
 # Called with (layer index, key [T, Hkv, D], value [T, Hkv, D]) on the step's new K/V (INT8 calibration).
@@ -37,7 +37,7 @@ class FullAttention:
         self.q_b, self.k_b, self.v_b, self.o_b = (weights[p + n + "_proj.bias"] if bias else None for n in "qkvo")
         self.q_norm, self.k_norm = weights[p + "q_norm.weight"], weights[p + "k_norm.weight"]
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch, caches,
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: StepInputs, caches,
                 kv_observer: KVObserver | None = None) -> torch.Tensor:
         """x: [T, hidden]; cos, sin: [T, rotary_dim] float32 -> [T, hidden]."""
         t, d = x.shape[0], self.head_dim
@@ -58,6 +58,6 @@ class FullAttention:
         out = ops.mixed_attention(query, key, value, key_cache, value_cache, batch.block_tables,
                                   batch.query_start_loc, batch.seq_lens, batch.num_decodes,
                                   k_scale=k_scale, v_scale=v_scale,
-                                  backend=self.backend("mixed_attention"))
+                                  backend=self.backend("mixed_attention"), prefill_units=batch.prefill_units)
         out = out.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
         return F.linear(out, self.o_w, self.o_b)

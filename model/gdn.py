@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .. import ops
 from .backends import backend_chooser
 from .config import Qwen35Config
-from .forward_batch import ForwardBatch
+from .step_inputs import StepInputs
 from .layers import gated_rms_norm
 
 
@@ -36,7 +36,7 @@ class GatedDeltaNet:
         self.norm_w = weights[p + "norm.weight"]
         self.out_w = weights[p + "out_proj.weight"]
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, caches) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: StepInputs, caches) -> torch.Tensor:
         """x: [T, hidden] -> [T, hidden]."""
         t = x.shape[0]
         conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
@@ -79,7 +79,8 @@ class GatedDeltaNet:
                 g[None, ndt:].contiguous(), beta[None, ndt:].contiguous(), initial_state=ssm_states,
                 cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=batch.state_indices[nd:],
                 has_initial_state=batch.has_initial_state[nd:], use_qk_l2norm_in_kernel=True,
-                backend=self.backend("chunk_gated_delta_rule"))
+                backend=self.backend("chunk_gated_delta_rule"), chunk_indices=batch.chunk_indices,
+                chunk_offsets=batch.chunk_offsets)
             outs.append(o[0])
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
         o = gated_rms_norm(o, z.view(t, self.nv, self.dv), self.norm_w, self.eps)

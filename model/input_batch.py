@@ -5,11 +5,11 @@ until it finishes, is aborted or is preempted. Each step applies only what the
 scheduler changed (``update``): rows of finished and preempted requests are
 freed (the last row moves into the hole, so rows stay dense), rows of new and
 resumed requests are appended, blocks allocated in the step are appended to
-their rows. Then ``prepare`` reorders rows so the step's requests come first,
-decode rows before prefill rows (the layout the ops read), and builds the
-step's tensors from the rows plus the step's token counts; it advances each
-row's computed-token cursor as the scheduler did. Nothing is rebuilt from the
-scheduler's full per-request lists.
+their rows. Then ``prepare`` lays the step out with ``build_step_metadata``
+(the scheduler's layout, the one every engine uses), reorders rows so the
+step's requests come first in that order (decode rows before prefill rows),
+checks that the rows agree with it and advances each row's computed-token
+cursor as the scheduler did.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from .forward_batch import ForwardBatch
+from ..scheduling import StepMetadata, build_step_metadata
 from .sampling import SamplingParams
 
 # A row's GDN state slot when the scheduler gives none (a model without GDN layers).
@@ -30,7 +30,7 @@ NO_STATE_SLOT = -1
 class PreparedStep:
     """One step laid out from the persistent batch.
 
-    batch: the ForwardBatch (on the model's device), rows 0..N-1 = ``req_ids``.
+    batch: the step's StepMetadata (on the CPU), rows 0..N-1 = ``req_ids``.
     req_ids: the step's requests in row order (decodes first, then prefill chunks).
     sampling_req_ids: the requests that sample in this step, in row order; their
         logits rows are ``batch.logits_indices``.
@@ -38,7 +38,7 @@ class PreparedStep:
     num_prefills: requests that run a prefill chunk.
     """
 
-    batch: ForwardBatch
+    batch: StepMetadata
     req_ids: list[str]
     sampling_req_ids: list[str]
     params: list[SamplingParams]
@@ -157,83 +157,41 @@ class InputBatch:
 
     # ------------------------------------------------------------ step
 
-    def prepare(self, scheduler_output, device: torch.device) -> PreparedStep:
-        """Lay out the step: reorder rows (decodes first), build the ForwardBatch, advance the cursors.
+    def prepare(self, scheduler_output) -> PreparedStep:
+        """Lay the step out, bring the step's rows into its order and advance their cursors.
 
-        Call after ``update`` with the same output. Raises RuntimeError if a
-        row's cursor differs from the scheduler's (the batch lost a change).
+        The layout is ``build_step_metadata`` (the one layout of a step); the
+        rows hold what the layout does not (sampling settings, generators) and
+        must agree with it: a row whose cursor, blocks or state slot differ
+        from the scheduler's raises RuntimeError (the batch lost a change).
+        Call after ``update`` with the same output.
         """
         out = scheduler_output
         if out.scheduled_spec_decode_tokens:
             raise NotImplementedError("the engine runs no draft tokens (num_speculative_tokens must be 0)")
-        scheduled = out.num_scheduled_tokens
-        order, num_decodes = self._step_order(scheduled)
-        num_reqs = len(order)
+        meta = build_step_metadata(out)
+        order = meta.req_ids
         for i, request_id in enumerate(order):
-            if self.row_of[request_id] != i:
-                self._swap(i, self.row_of[request_id])
-        context = self.num_computed_tokens[:num_reqs].clone()
-        expected = torch.tensor([out.num_computed_tokens[r] for r in order], dtype=torch.int32)
-        if not torch.equal(context, expected):
-            bad = int((context != expected).nonzero()[0, 0])
-            raise RuntimeError(f"request {order[bad]!r}: the batch's cursor is {int(context[bad])}, the "
-                               f"scheduler's {int(expected[bad])}: the batch is out of step with the scheduler")
-
-        query_lens = torch.tensor([scheduled[r] for r in order], dtype=torch.int32)
-        query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int32)
-        torch.cumsum(query_lens, 0, out=query_start_loc[1:])
-        num_tokens = int(query_start_loc[-1])
-        if num_tokens == num_reqs:  # one token per request: per-token = per-row
-            token_rows = torch.arange(num_reqs)
-            positions = context.long()
-        else:
-            token_rows = torch.repeat_interleave(torch.arange(num_reqs), query_lens.long())
-            offsets = torch.arange(num_tokens) - query_start_loc[:-1].long()[token_rows]
-            positions = context.long()[token_rows] + offsets
-        bs = self.block_size
-        blocks = self.block_table[token_rows, positions // bs].long()
-        slot_mapping = blocks * bs + positions % bs
-        width = max(self.num_blocks[:num_reqs])
-        block_tables = self.block_table[:num_reqs, :width].clone(memory_format=torch.contiguous_format)
-        seq_lens = context + query_lens
-
-        sampling = set(out.sampling_req_ids)
-        sample_rows = [i for i, r in enumerate(order) if r in sampling]
-        logits_indices = query_start_loc[1:].long()[sample_rows] - 1
-        input_ids = torch.tensor(list(chain.from_iterable(out.token_ids[r] for r in order)), dtype=torch.int64)
-        to = dict(device=device, non_blocking=True)
-        batch = ForwardBatch(
-            input_ids=input_ids.to(**to),
-            positions=positions.to(**to),
-            query_start_loc=query_start_loc.to(**to),
-            seq_lens=seq_lens.to(**to),
-            block_tables=block_tables.to(**to),
-            slot_mapping=slot_mapping.to(**to),
-            state_indices=self.state_slots[:num_reqs].clone().to(**to),
-            has_initial_state=(context > 0).to(**to),
-            logits_indices=logits_indices.to(**to),
-            num_decodes=num_decodes,
-            num_decode_tokens=num_decodes,
-        )
-        self.num_computed_tokens[:num_reqs] = seq_lens  # the scheduler advanced its cursors in schedule()
-        return PreparedStep(
-            batch=batch, req_ids=order, sampling_req_ids=[order[i] for i in sample_rows],
-            params=[self.params[i] for i in sample_rows], generators=[self.generators[i] for i in sample_rows],
-            num_prefills=num_reqs - num_decodes)
-
-    def _step_order(self, scheduled: dict[str, int]) -> tuple[list[str], int]:
-        """(the step's requests in the ops' order, the number of decodes).
-
-        Decodes come first, then prefill chunks, each in scheduler order.
-
-        A decode advances one token past a cursor > 0 (cursors read from the rows).
-        """
-        decodes, prefills = [], []
-        cursor = self.num_computed_tokens
-        for request_id, num_new in scheduled.items():
             row = self.row_of.get(request_id)
             if row is None:
                 raise RuntimeError(f"request {request_id!r} is scheduled but holds no row: the batch is out "
                                    f"of step with the scheduler")
-            (decodes if num_new == 1 and cursor[row] > 0 else prefills).append(request_id)
-        return decodes + prefills, len(decodes)
+            if row != i:
+                self._swap(i, row)
+        num_reqs = len(order)
+        context = self.num_computed_tokens[:num_reqs]
+        if not torch.equal(context, meta.context_lens):
+            bad = int((context != meta.context_lens).nonzero()[0, 0])
+            raise RuntimeError(f"request {order[bad]!r}: the batch's cursor is {int(context[bad])}, the "
+                               f"scheduler's {int(meta.context_lens[bad])}: the batch is out of step with the "
+                               f"scheduler")
+        width = meta.block_tables.shape[1]
+        if not torch.equal(self.block_table[:num_reqs, :width], meta.block_tables) or (
+                meta.state_indices.numel() and not torch.equal(self.state_slots[:num_reqs], meta.state_indices)):
+            raise RuntimeError("the batch's block tables or state slots differ from the scheduler's: the batch "
+                               "is out of step with the scheduler")
+        self.num_computed_tokens[:num_reqs] = meta.seq_lens  # the scheduler advanced its cursors in schedule()
+        rows = [self.row_of[r] for r in meta.sampling_req_ids]
+        return PreparedStep(batch=meta, req_ids=order, sampling_req_ids=meta.sampling_req_ids,
+                            params=[self.params[i] for i in rows], generators=[self.generators[i] for i in rows],
+                            num_prefills=meta.num_prefills)

@@ -127,3 +127,19 @@ def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, n
             (num_state_slots, config.linear_num_value_heads, config.linear_key_head_dim,
              config.linear_value_head_dim), dtype=torch.float32, device=device)
     return caches
+
+
+def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: int, max_num_seqs: int,
+                      dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None) -> int:
+    """The longest request (in tokens, a whole number of blocks) that ``plan_memory`` can hold in the budget.
+
+    The state slots take what ``plan_memory`` gives them (at most half the
+    budget); the KV blocks left (or ``num_blocks``), less the null block, all
+    go to one request. 0 when not even one block fits.
+    """
+    slot_bytes = max(bytes_per_state_slot(config, dtype), 1)
+    block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
+    slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
+    if num_blocks is None:
+        num_blocks = (budget_bytes - slots * slot_bytes) // block_bytes
+    return max(0, num_blocks - NUM_RESERVED_BLOCKS) * block_size

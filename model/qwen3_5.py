@@ -1,7 +1,7 @@
 """The Qwen3.5 text model: embeddings, hybrid decoder layers (GDN and full attention), head.
 
 It computes exactly what transformers' ``Qwen3_5ForCausalLM`` computes, over a
-flat mixed batch (``ForwardBatch``) with every attention and GDN computation
+flat mixed batch (``StepInputs``: the step's ``StepMetadata`` on the device) with every attention and GDN computation
 going through ``qwen_ops.ops``, so any backend serves it.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from .attention import FullAttention, KVObserver
 from .config import Qwen35Config
-from .forward_batch import ForwardBatch
+from .step_inputs import StepInputs
 from .gdn import GatedDeltaNet
 from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
 from .weights import load_weights
@@ -60,7 +60,7 @@ class Qwen35ForCausalLM:
         return self.embed.device
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, caches, kv_observer: KVObserver | None = None) -> torch.Tensor:
+    def forward(self, batch: StepInputs, caches, kv_observer: KVObserver | None = None) -> torch.Tensor:
         """Run one step; returns the final hidden states [T, hidden] (after the last norm).
 
         Writes the step's K/V into ``caches`` and advances the GDN states of its requests.

@@ -11,16 +11,26 @@ Every op takes ``backend=None`` ("torch", "triton", "ascendc"); see
 ``available_backends()`` and ``qwen_ops.ops._backend``. Every op is also
 registered as ``torch.ops.qwen_ops.<name>`` with a fake implementation, so
 callers can be compiled with ``torch.compile``.
+
+Every op checks shapes, dtypes and devices on every call, and metadata values
+(block ids, slots, lengths, pool indices) on CPU tensors, on a device only with
+``QWEN_OPS_CHECK_VALUES=1``, and never inside ``trusted_metadata()``, which an
+engine enters after checking the step once on the host (see ``_validate``).
 """
 from ._backend import BackendError, available_backends  # noqa: F401
-from .attention import mixed_attention, paged_decode_attention, prefill_attention  # noqa: F401
+from ._validate import CHECK_VALUES_ENV, trusted_metadata, values_checked  # noqa: F401
+from .attention import mixed_attention, paged_decode_attention, prefill_attention, prefill_units_for  # noqa: F401
 from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache  # noqa: F401
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
-from .gdn import chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule  # noqa: F401
+from .gdn import (chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule,  # noqa: F401
+                  prepare_chunk_indices)
 
 __all__ = [
     "BackendError",
     "available_backends",
+    "trusted_metadata",
+    "values_checked",
+    "CHECK_VALUES_ENV",
     "reshape_and_cache",
     "kv_scales_from_absmax",
     "quantize_int8",
@@ -28,9 +38,11 @@ __all__ = [
     "paged_decode_attention",
     "prefill_attention",
     "mixed_attention",
+    "prefill_units_for",
     "chunk_gated_delta_rule",
     "fused_recurrent_gated_delta_rule",
     "fused_gdn_gating",
+    "prepare_chunk_indices",
     "causal_conv1d_fn",
     "causal_conv1d_update",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 from typing import Callable
 
@@ -152,6 +153,11 @@ def resolve(op: str, backend: str | None, device: torch.device) -> Callable:
     to serve the call, or ``BackendError`` says why. Without one, the first
     backend in the device's preference order that implements ``op`` wins.
     """
+    return _load(IMPLEMENTATIONS[op][resolved_backend(op, backend, device)])
+
+
+def resolved_backend(op: str, backend: str | None, device: torch.device) -> str:
+    """The name of the backend ``resolve`` picks for ``op`` (raises ``BackendError`` as it does)."""
     table = IMPLEMENTATIONS[op]
     requested = backend or os.environ.get("QWEN_OPS_BACKEND") or None
     if requested is not None:
@@ -165,10 +171,10 @@ def resolve(op: str, backend: str | None, device: torch.device) -> Callable:
         reason = _can_serve(requested, device)
         if reason is not None:
             raise BackendError(f"{op}: backend {requested!r} cannot serve {device.type} tensors: {reason}")
-        return _load(table[requested])
+        return requested
     for candidate in _default_order(device):
         if candidate in table and _can_serve(candidate, device) is None:
-            return _load(table[candidate])
+            return candidate
     raise BackendError(f"{op}: no backend can serve {device.type} tensors")  # pragma: no cover
 
 
@@ -184,13 +190,26 @@ METADATA_ARGUMENTS = frozenset({
 })
 
 
-def dispatch(op: str, backend: str | None, device: torch.device, **arguments):
-    """Run ``op`` on the backend that serves ``device`` with validated ``arguments``."""
+def dispatch(op: str, backend: str | None, device: torch.device, derived: dict | None = None, **arguments):
+    """Run ``op`` on the backend that serves ``device`` with validated ``arguments``.
+
+    ``derived``: metadata an engine computed once per step from the others (a
+    chunk table, attention work units), given only to implementations that
+    take it (the others need none); None entries are dropped.
+    """
     impl = resolve(op, backend, device)
     for name in METADATA_ARGUMENTS.intersection(arguments):
         if arguments[name] is not None:
             arguments[name] = arguments[name].contiguous()
+    for name, value in (derived or {}).items():
+        if value is not None and name in _parameters(impl):
+            arguments[name] = value.contiguous()
     return impl(**arguments)
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(impl: Callable) -> frozenset[str]:
+    return frozenset(inspect.signature(impl).parameters)
 
 
 @functools.lru_cache(maxsize=None)

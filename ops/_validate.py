@@ -7,12 +7,58 @@ names the argument and leaves every cache and state pool untouched.
 ``values=False`` restricts a check to what is known without reading tensor
 data (shapes, dtypes, devices); the fake (meta) implementations used by
 ``torch.compile`` call the checks that way.
+
+When values are read (``values_checked``). Reading a value of a device tensor
+(``int(t.min())``, ``bool(...)``, ``torch.unique``) is a host-device
+synchronisation, and an engine step calls the ops in every layer; it also
+makes graph capture (CUDA graphs, aclgraph) impossible. So a public op always
+checks shapes, dtypes and devices, and checks values:
+
+* always when its tensors are on the CPU (reading them is free);
+* on a device only when the environment variable ``QWEN_OPS_CHECK_VALUES`` is
+  ``1`` (the test suite sets it);
+* never inside ``trusted_metadata()``: an engine enters it after checking the
+  step's metadata once on the host, before it moved to the device (see
+  ``qwen_ops.scheduling.StepMetadata.validate``).
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import contextlib
+import os
+import threading
+from typing import Iterable, Iterator, Sequence
 
 import torch
+
+# Set to "1" to check metadata values of ops called on a device (off by default: each check syncs).
+CHECK_VALUES_ENV = "QWEN_OPS_CHECK_VALUES"
+
+_trust = threading.local()
+
+
+@contextlib.contextmanager
+def trusted_metadata() -> Iterator[None]:
+    """Within this block, ops check no metadata values (shapes, dtypes and devices still are).
+
+    For engines only, after they checked the step's metadata (block tables,
+    slot mappings, lengths, state indices, KV scales) themselves; a bad value
+    passed in here is undefined behaviour on a device. Nests; per thread.
+    """
+    depth = getattr(_trust, "depth", 0)
+    _trust.depth = depth + 1
+    try:
+        yield
+    finally:
+        _trust.depth = depth
+
+
+def values_checked(device: torch.device) -> bool:
+    """Whether an op called with tensors on ``device`` checks metadata values now (policy above)."""
+    if getattr(_trust, "depth", 0):
+        return False
+    if device.type == "cpu":
+        return True
+    return os.environ.get(CHECK_VALUES_ENV, "0") == "1"
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 CACHE_DTYPES = FLOAT_DTYPES + (torch.int8,)

@@ -1,5 +1,6 @@
 """Lay a scheduled step out as the tensors the Ascend attention and GDN ops read."""
 
+import dataclasses
 import enum
 from array import array
 from dataclasses import dataclass
@@ -72,6 +73,43 @@ class StepMetadata:
     state_indices: torch.Tensor
     has_initial_state: torch.Tensor
     attn_state: AttentionState
+
+    def validate(self, *, num_blocks: int, block_size: int, num_state_slots: int) -> None:
+        """Check, once per step and on these CPU tensors, every metadata value the model's ops would check.
+
+        An engine calls this before moving the step to the device and then runs
+        the ops inside ``qwen_ops.ops.trusted_metadata()``, so that no layer
+        reads a value back from the device. Checked: ``query_start_loc`` runs
+        from 0 to ``num_actual_tokens`` without decreasing; decode rows have one
+        token each (drafts are not run by the model); ``seq_lens`` is
+        ``context_lens`` plus the query lengths, all >= 0; every block a
+        request reads is in [0, num_blocks) and fits its table; slots are in
+        [-1, num_blocks * block_size) and unique; state indices are in
+        [-1, num_state_slots) and unique. Raises ValueError naming the field.
+        """
+        from ..ops import _validate as check
+
+        op = "StepMetadata"
+        for name in ("query_start_loc", "seq_lens", "context_lens", "block_tables", "slot_mapping", "state_indices"):
+            if getattr(self, name).device.type != "cpu":
+                raise ValueError(f"{op}.validate: '{name}' must be on the CPU (validate before moving the step)")
+        check.cumulative(op, "query_start_loc", self.query_start_loc, self.num_actual_tokens)
+        query_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        if bool((query_lens[: self.num_decodes] != 1).any()):
+            raise ValueError(f"{op}: the first num_decodes = {self.num_decodes} requests are decodes and must "
+                             "have one token each (the model runs no draft tokens)")
+        check.lengths(op, "context_lens", self.context_lens)
+        if not torch.equal(self.seq_lens, self.context_lens + query_lens):
+            raise ValueError(f"{op}: 'seq_lens' must be 'context_lens' plus each request's query length")
+        check.block_table(op, self.block_tables, self.seq_lens, num_blocks, block_size)
+        check.indices(op, "slot_mapping", self.slot_mapping, num_blocks * block_size, allow_padding=True)
+        check.indices(op, "state_indices", self.state_indices, num_state_slots, allow_padding=True)
+
+    def to(self, device: torch.device, **kwargs) -> "StepMetadata":
+        """The same step with every tensor on ``device`` (``kwargs`` go to ``Tensor.to``, e.g. non_blocking)."""
+        moved = {f.name: getattr(self, f.name).to(device, **kwargs) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, **moved)
 
 
 def attention_state(

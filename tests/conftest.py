@@ -12,6 +12,8 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Ops on a device check metadata values too (off by default there: each check is a sync).
+os.environ.setdefault("QWEN_OPS_CHECK_VALUES", "1")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from .. import _validate as check
-from .._backend import dispatch
+from .._backend import dispatch, resolved_backend
 from .._library import custom_op, resolved_scale
 
 I32 = (torch.int32,)
@@ -43,6 +43,42 @@ def _check_new_kv(op, query, key, value, hkv):
     check.gqa(op, query.shape[1], hkv, kv_name="key")
 
 
+def _check_units(op, query, prefill_units):
+    """Work units an engine built once per step (``prefill_units_for``): shape, dtype and device here."""
+    if prefill_units is not None:
+        check.tensor(op, "prefill_units", prefill_units, dtypes=I32, shape=(None, 2), layout="[U, 2] int32")
+        check.same_device(op, query=query, prefill_units=prefill_units)
+
+
+def prefill_units_for(query_start_loc: torch.Tensor, first: int, *, device, dtype: torch.dtype, num_q_heads: int,
+                      num_kv_heads: int, head_dim: int, kv_cache_dtype: torch.dtype | None = None,
+                      op: str = "mixed_attention", backend: str | None = None) -> torch.Tensor | None:
+    """The ``prefill_units`` argument of ``op`` for one step, built on the host; None when its backend needs none.
+
+    Args:
+        query_start_loc: [N+1] offsets of the step on the CPU (for
+            ``prefill_attention``: its ``cu_seqlens_q``).
+        first: the first prefill request (``num_decodes`` for ``mixed_attention``, 0 for
+            ``prefill_attention``).
+        device, dtype, num_q_heads, num_kv_heads, head_dim, kv_cache_dtype: what
+            ``op`` will be called with (query on ``device`` [T, Hq, D] of ``dtype``,
+            caches of ``kv_cache_dtype``, default ``dtype``).
+        op, backend: the op and the backend it will run on (None: the device decides).
+    Returns:
+        [U, 2] int32 (request, query block) on the CPU, one unit per block of
+        new tokens of the Triton kernels for these shapes; the same for every
+        layer of a model, so build it once per step and move it to ``device``.
+    """
+    device = torch.device(device)
+    if resolved_backend(op, backend, device) != "triton":
+        return None
+    from .triton_common import prefill_block_tokens, prefill_units
+
+    int8 = (kv_cache_dtype or dtype) == torch.int8
+    block_t = prefill_block_tokens(device, dtype, num_q_heads, num_kv_heads, head_dim, int8)
+    return prefill_units(query_start_loc.cpu(), first, block_t)
+
+
 # ----------------------------------------------------------------------------- decode
 
 DECODE = "paged_decode_attention"
@@ -65,7 +101,8 @@ def _decode_op(query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.
                block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: Optional[float],
                k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
                backend: Optional[str]) -> torch.Tensor:
-    _check_decode(query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale, values=True)
+    _check_decode(query, key_cache, value_cache, block_tables, seq_lens, k_scale, v_scale,
+                  values=check.values_checked(query.device))
     return dispatch(DECODE, backend, query.device, query=query, key_cache=key_cache, value_cache=value_cache,
                     block_tables=block_tables, seq_lens=seq_lens,
                     scale=resolved_scale(DECODE, scale, query.shape[-1]), k_scale=k_scale, v_scale=v_scale)
@@ -103,8 +140,9 @@ PREFILL = "prefill_attention"
 
 
 def _check_prefill(query, key, value, cu_seqlens_q, key_cache, value_cache, block_tables, context_lens,
-                   k_scale, v_scale, *, values):
+                   k_scale, v_scale, prefill_units=None, *, values):
     op = PREFILL
+    _check_units(op, query, prefill_units)
     check.tensor(op, "query", query, dtypes=check.FLOAT_DTYPES, ndim=3, layout="[T, Hq, D]")
     check.nonempty_dim(op, "query", query, 2, "head dim D")
     t = query.shape[0]
@@ -140,26 +178,26 @@ def _prefill_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_
                 key_cache: Optional[torch.Tensor], value_cache: Optional[torch.Tensor],
                 block_tables: Optional[torch.Tensor], context_lens: Optional[torch.Tensor],
                 scale: Optional[float], k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
-                causal: bool, backend: Optional[str]) -> torch.Tensor:
+                causal: bool, backend: Optional[str], prefill_units: Optional[torch.Tensor] = None) -> torch.Tensor:
     _check_prefill(query, key, value, cu_seqlens_q, key_cache, value_cache, block_tables, context_lens,
-                   k_scale, v_scale, values=True)
+                   k_scale, v_scale, prefill_units, values=check.values_checked(query.device))
     return dispatch(PREFILL, backend, query.device, query=query, key=key, value=value, cu_seqlens_q=cu_seqlens_q,
                     key_cache=key_cache, value_cache=value_cache, block_tables=block_tables,
                     context_lens=context_lens, scale=resolved_scale(PREFILL, scale, query.shape[-1]),
-                    k_scale=k_scale, v_scale=v_scale, causal=causal)
+                    k_scale=k_scale, v_scale=v_scale, causal=causal, derived=dict(prefill_units=prefill_units))
 
 
 @_prefill_op.register_fake
 def _prefill_fake(query, key, value, cu_seqlens_q, key_cache, value_cache, block_tables, context_lens, scale,
-                  k_scale, v_scale, causal, backend):
+                  k_scale, v_scale, causal, backend, prefill_units=None):
     _check_prefill(query, key, value, cu_seqlens_q, key_cache, value_cache, block_tables, context_lens,
-                   k_scale, v_scale, values=False)
+                   k_scale, v_scale, prefill_units, values=False)
     return torch.empty_like(query)
 
 
 def prefill_attention(query, key, value, cu_seqlens_q, *, key_cache=None, value_cache=None, block_tables=None,
                       context_lens=None, scale=None, k_scale=None, v_scale=None, causal=True,
-                      backend: str | None = None) -> torch.Tensor:
+                      backend: str | None = None, prefill_units=None) -> torch.Tensor:
     """Variable-length (TND) prefill attention, optionally over cached context.
 
     Args:
@@ -173,12 +211,14 @@ def prefill_attention(query, key, value, cu_seqlens_q, *, key_cache=None, value_
         scale: default ``D ** -0.5``. k_scale, v_scale: as for int8 caches.
         causal: new token i sees the whole context and new tokens 0..i of its
             request (all new tokens when False).
+        prefill_units: ``prefill_units_for(cu_seqlens_q, 0, op="prefill_attention", ...)``
+            on the query's device, built once per step by an engine; built here when None.
     Returns:
         [T, Hq, D] in the query's dtype (softmax in float32).
     """
     return torch.ops.qwen_ops.prefill_attention(query, key, value, cu_seqlens_q, key_cache, value_cache,
                                                 block_tables, context_lens, scale, k_scale, v_scale, causal,
-                                                backend)
+                                                backend, prefill_units)
 
 
 # ----------------------------------------------------------------------------- mixed
@@ -187,8 +227,9 @@ MIXED = "mixed_attention"
 
 
 def _check_mixed(query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
-                 num_decodes, k_scale, v_scale, *, values):
+                 num_decodes, k_scale, v_scale, prefill_units=None, *, values):
     op = MIXED
+    _check_units(op, query, prefill_units)
     nb, hkv, bs, d = _check_query_and_cache(op, query, key_cache, value_cache, k_scale, v_scale, values=values)
     _check_new_kv(op, query, key, value, hkv)
     t = query.shape[0]
@@ -221,26 +262,28 @@ def _check_mixed(query, key, value, key_cache, value_cache, block_tables, query_
 def _mixed_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
               value_cache: torch.Tensor, block_tables: torch.Tensor, query_start_loc: torch.Tensor,
               seq_lens: torch.Tensor, num_decodes: int, scale: Optional[float], k_scale: Optional[torch.Tensor],
-              v_scale: Optional[torch.Tensor], backend: Optional[str]) -> torch.Tensor:
+              v_scale: Optional[torch.Tensor], backend: Optional[str],
+              prefill_units: Optional[torch.Tensor] = None) -> torch.Tensor:
     _check_mixed(query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
-                 num_decodes, k_scale, v_scale, values=True)
+                 num_decodes, k_scale, v_scale, prefill_units, values=check.values_checked(query.device))
     return dispatch(MIXED, backend, query.device, query=query, key=key, value=value, key_cache=key_cache,
                     value_cache=value_cache, block_tables=block_tables, query_start_loc=query_start_loc,
                     seq_lens=seq_lens, num_decodes=num_decodes,
-                    scale=resolved_scale(MIXED, scale, query.shape[-1]), k_scale=k_scale, v_scale=v_scale)
+                    scale=resolved_scale(MIXED, scale, query.shape[-1]), k_scale=k_scale, v_scale=v_scale,
+                    derived=dict(prefill_units=prefill_units))
 
 
 @_mixed_op.register_fake
 def _mixed_fake(query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens, num_decodes,
-                scale, k_scale, v_scale, backend):
+                scale, k_scale, v_scale, backend, prefill_units=None):
     _check_mixed(query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
-                 num_decodes, k_scale, v_scale, values=False)
+                 num_decodes, k_scale, v_scale, prefill_units, values=False)
     return torch.empty_like(query)
 
 
 def mixed_attention(query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
                     num_decodes, *, scale=None, k_scale=None, v_scale=None,
-                    backend: str | None = None) -> torch.Tensor:
+                    backend: str | None = None, prefill_units=None) -> torch.Tensor:
     """One call for a mixed batch: decode rows first, then prefill chunks.
 
     Args:
@@ -253,10 +296,12 @@ def mixed_attention(query, key, value, key_cache, value_cache, block_tables, que
             (the new token must already be written). The other requests are
             prefill chunks with ``seq_lens[r] - q_len`` cached context tokens,
             exactly as ``prefill_attention`` (new tokens from key/value).
+        prefill_units: ``prefill_units_for(query_start_loc, num_decodes, ...)`` on
+            the query's device, built once per step by an engine; built here when None.
     Returns:
         [T, Hq, D]: ``paged_decode_attention`` on the decode rows followed by
         ``prefill_attention`` on the rest. Either part may be empty.
     """
     return torch.ops.qwen_ops.mixed_attention(query, key, value, key_cache, value_cache, block_tables,
                                               query_start_loc, seq_lens, num_decodes, scale, k_scale, v_scale,
-                                              backend)
+                                              backend, prefill_units)

@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from .._triton import ASCEND_UB_BYTES, target
+from .._validate import values_checked
 
 LOG2E = 1.4426950408889634
 
@@ -309,7 +310,9 @@ def scale_pointers(key_cache: torch.Tensor, k_scale, v_scale, fallback: torch.Te
 def prefill_units(query_start_loc: torch.Tensor, first: int, block_t: int) -> torch.Tensor:
     """[U, 2] int32 (request, q_block) for requests ``first..N-1``: one unit per ``block_t`` new tokens.
 
-    Reads the N+1 offsets to the host (the op's validation already did).
+    Built on the host, returned on ``query_start_loc``'s device: on a device
+    this reads the N+1 offsets back (a sync), so an engine builds the units
+    once per step from its CPU offsets (``prefill_units_for``) and passes them.
     """
     starts = query_start_loc.cpu().to(torch.int64)
     blocks = ((starts[1:] - starts[:-1] + block_t - 1) // block_t)[first:]
@@ -317,3 +320,20 @@ def prefill_units(query_start_loc: torch.Tensor, first: int, block_t: int) -> to
     first_unit = (torch.cumsum(blocks, 0) - blocks).repeat_interleave(blocks)
     q_blocks = torch.arange(requests.numel()) - first_unit
     return torch.stack([requests, q_blocks], dim=1).to(torch.int32).to(query_start_loc.device)
+
+
+def prefill_block_tokens(device: torch.device, dtype: torch.dtype, num_q_heads: int, num_kv_heads: int,
+                         head_dim: int, int8: bool) -> int:
+    """New tokens per prefill unit (BLOCK_M / G_P2) of the prefill and mixed kernels for these shapes."""
+    geo = Geometry.of(torch.empty((0, num_q_heads, head_dim), dtype=dtype, device="meta"), num_kv_heads)
+    return prefill_rows(target(device), geo.decode_m, geo.block_d, geo.elem_bytes, int8) // geo.g_p2
+
+
+def given_or_own_units(op: str, given, query_start_loc: torch.Tensor, first: int, block_t: int) -> torch.Tensor:
+    """The engine's units when given (checked against our own when values are checked), else our own."""
+    if given is None:
+        return prefill_units(query_start_loc, first, block_t)
+    if values_checked(given.device) and not torch.equal(given, prefill_units(query_start_loc, first, block_t)):
+        raise ValueError(f"{op}: argument 'prefill_units' is not the unit table of 'query_start_loc' for these "
+                         f"shapes (prefill_units_for gives it: {block_t} new tokens per unit)")
+    return given

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from .._triton import configured, target
 from .triton_common import (CUDA_CONFIGS, LOG2E, Geometry, decode_item, fixed_config, prefill_item, prefill_rows,
-                            prefill_units, rows_view, scale_pointers, store_normalized)
+                            given_or_own_units, rows_view, scale_pointers, store_normalized)
 
 
 @configured(fixed=fixed_config, cuda_configs=CUDA_CONFIGS, key=["BLOCK_M", "DECODE_M", "BLOCK_D", "INT8"])
@@ -62,13 +62,14 @@ def _mixed_kernel(
 
 
 def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
-                    num_decodes, scale, k_scale=None, v_scale=None) -> torch.Tensor:
+                    num_decodes, scale, k_scale=None, v_scale=None, prefill_units=None) -> torch.Tensor:
     """Triton implementation of ``qwen_ops.ops.mixed_attention`` (arguments validated by the op).
 
     query: [T, Hq, D]; key, value: [T, Hkv, D] (any strides, unit stride
     along D made if missing); caches [NB, Hkv, Bs, D]; block_tables [N, M]
     int32; query_start_loc [N+1] int32; seq_lens [N] int32. Returns a new
     contiguous [T, Hq, D] tensor: decode rows first, then the prefill rows.
+    prefill_units: the step's ``prefill_units_for`` table (built here when None).
     """
     out = torch.empty_like(query, memory_format=torch.contiguous_format)
     _, hkv, bs, _ = key_cache.shape
@@ -78,9 +79,11 @@ def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, 
     device = query.device
     k_scale, v_scale, int8 = scale_pointers(key_cache, k_scale, v_scale, seq_lens)
     rows = prefill_rows(target(device), geo.decode_m, geo.block_d, geo.elem_bytes, int8)
-    decode_units = torch.stack([torch.arange(num_decodes, dtype=torch.int32),
-                                torch.zeros(num_decodes, dtype=torch.int32)], dim=1).to(device)
-    units = torch.cat([decode_units, prefill_units(query_start_loc, num_decodes, rows // geo.g_p2)])
+    # Built on the device (no copy per layer): decode request r is unit (r, 0).
+    decode_units = torch.stack([torch.arange(num_decodes, dtype=torch.int32, device=device),
+                                torch.zeros(num_decodes, dtype=torch.int32, device=device)], dim=1)
+    units = torch.cat([decode_units, given_or_own_units("mixed_attention", prefill_units, query_start_loc,
+                                                        num_decodes, rows // geo.g_p2)])
     n_items = units.shape[0] * hkv
     if n_items == 0:  # no decodes and only empty prefills, so T = 0
         return out

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .._triton import configured, target
 from .triton_common import (CUDA_CONFIGS, LOG2E, Geometry, fixed_config, prefill_item, prefill_rows,
-                            prefill_units, rows_view, scale_pointers)
+                            given_or_own_units, rows_view, scale_pointers)
 
 
 @configured(fixed=fixed_config, cuda_configs=CUDA_CONFIGS, key=["BLOCK_M", "G_P2", "BLOCK_D", "INT8", "CAUSAL"])
@@ -54,13 +54,15 @@ def _prefill_kernel(
 
 
 def prefill_attention(*, query, key, value, cu_seqlens_q, key_cache=None, value_cache=None, block_tables=None,
-                      context_lens=None, scale, k_scale=None, v_scale=None, causal=True) -> torch.Tensor:
+                      context_lens=None, scale, k_scale=None, v_scale=None, causal=True,
+                      prefill_units=None) -> torch.Tensor:
     """Triton implementation of ``qwen_ops.ops.prefill_attention`` (arguments validated by the op).
 
     query: [T, Hq, D]; key, value: [T, Hkv, D] (any strides, unit stride
     along D made if missing); cu_seqlens_q: [N+1] int32; optional paged
     context: caches [NB, Hkv, Bs, D], block_tables [N, M] int32,
     context_lens [N] int32. Returns a new contiguous [T, Hq, D] tensor.
+    prefill_units: the ``prefill_units_for`` table of ``cu_seqlens_q`` (built here when None).
     """
     out = torch.empty_like(query, memory_format=torch.contiguous_format)
     hkv = key.shape[1]
@@ -82,7 +84,7 @@ def prefill_attention(*, query, key, value, cu_seqlens_q, key_cache=None, value_
         cache_strides = (0, 0, 0, 0)
         block_size = 1
     rows = prefill_rows(target(device), geo.decode_m, geo.block_d, geo.elem_bytes, int8)
-    units = prefill_units(cu_seqlens_q, 0, rows // geo.g_p2)
+    units = given_or_own_units("prefill_attention", prefill_units, cu_seqlens_q, 0, rows // geo.g_p2)
     n_items = units.shape[0] * hkv
     if n_items == 0:  # every request is empty, so T = 0
         return out

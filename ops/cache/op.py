@@ -13,7 +13,8 @@ from . import reference
 OP = "reshape_and_cache"
 
 
-def _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, *, values: bool) -> None:
+def _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, *, values: bool,
+           real: bool = True) -> None:
     nb, hkv, bs, d = check.kv_cache_pair(OP, key_cache, value_cache)
     check.tensor(OP, "key", key, dtypes=check.FLOAT_DTYPES, ndim=3, layout="[T, Hkv, D]")
     t = key.shape[0]
@@ -29,7 +30,7 @@ def _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, *
                       slot_mapping=slot_mapping, k_scale=k_scale, v_scale=v_scale)
     check.kv_scales(OP, key_cache.dtype, k_scale, v_scale, hkv, d, values=values)
     check.indices(OP, "slot_mapping", slot_mapping, nb * bs, allow_padding=True, values=values)
-    if values:  # fake tensors have no addresses
+    if real:  # fake tensors have no addresses (reading one is no sync)
         check.disjoint(OP, "key_cache", key_cache, "value_cache", value_cache)
 
 
@@ -37,14 +38,15 @@ def _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, *
 def _op(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
         slot_mapping: torch.Tensor, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
         backend: Optional[str]) -> None:
-    _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=True)
+    _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale,
+           values=check.values_checked(key.device))
     dispatch(OP, backend, key.device, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
              slot_mapping=slot_mapping, k_scale=k_scale, v_scale=v_scale)
 
 
 @_op.register_fake
 def _fake(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, backend):
-    _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=False)
+    _check(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale, values=False, real=False)
 
 
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None,

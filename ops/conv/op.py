@@ -56,7 +56,7 @@ def _fn_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
            query_start_loc: torch.Tensor, cache_indices: torch.Tensor, has_initial_state: torch.Tensor,
            activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
     _check_fn(x, weight, bias, conv_states, query_start_loc, cache_indices, has_initial_state, activation,
-              values=True)
+              values=check.values_checked(x.device))
     return dispatch(FN, backend, x.device, x=x, weight=weight, bias=bias, conv_states=conv_states,
                     query_start_loc=query_start_loc, cache_indices=cache_indices,
                     has_initial_state=has_initial_state, activation=activation)
@@ -109,7 +109,8 @@ def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, va
 @custom_op(UPDATE, mutates_args=("conv_states",))
 def _update_op(x: torch.Tensor, conv_states: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                cache_indices: torch.Tensor, activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
-    _check_update(x, conv_states, weight, bias, cache_indices, activation, values=True)
+    _check_update(x, conv_states, weight, bias, cache_indices, activation,
+                  values=check.values_checked(x.device))
     return dispatch(UPDATE, backend, x.device, x=x, conv_states=conv_states, weight=weight, bias=bias,
                     cache_indices=cache_indices, activation=activation)
 

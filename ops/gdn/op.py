@@ -15,12 +15,13 @@ import torch
 from .. import _validate as check
 from .._backend import dispatch
 from .._library import custom_op, resolved_scale
+from .chunk_table import prepare_chunk_indices
 
 F32 = (torch.float32,)
 
 
 def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-                      has_initial_state, *, values):
+                      has_initial_state, chunk_indices=None, chunk_offsets=None, *, values):
     check.tensor(op, "q", q, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hk, Dk]")
     b, t, hk, dk = q.shape
     check.nonempty_dim(op, "q", q, 3, "key head dim Dk")  # the default scale is Dk ** -0.5
@@ -60,7 +61,30 @@ def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, c
         raise ValueError(f"{op}: argument 'initial_state' must be contiguous")
     check.same_device(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
                       ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state)
+    _check_chunk_table(op, q, cu_seqlens, n, t, chunk_indices, chunk_offsets, values=values)
     return n, hv, dk, dv
+
+
+def _check_chunk_table(op, q, cu_seqlens, n, t, chunk_indices, chunk_offsets, *, values):
+    """A given chunk table must be the one ``prepare_chunk_indices`` builds from the sequence offsets."""
+    if chunk_indices is None and chunk_offsets is None:
+        return
+    if op != "chunk_gated_delta_rule":
+        raise ValueError(f"{op}: 'chunk_indices'/'chunk_offsets' are arguments of chunk_gated_delta_rule only")
+    if chunk_indices is None or chunk_offsets is None:
+        raise ValueError(f"{op}: 'chunk_indices' and 'chunk_offsets' go together (prepare_chunk_indices gives both)")
+    check.tensor(op, "chunk_indices", chunk_indices, dtypes=(torch.int32,), shape=(None, 2), layout="[C, 2] int32")
+    check.tensor(op, "chunk_offsets", chunk_offsets, dtypes=(torch.int32,), shape=(n + 1,),
+                 layout=f"[N+1] = [{n + 1}] int32")
+    check.same_device(op, q=q, chunk_indices=chunk_indices, chunk_offsets=chunk_offsets)
+    if not values:
+        return
+    b = q.shape[0]
+    cu = cu_seqlens if cu_seqlens is not None else torch.arange(b + 1, device=q.device) * t
+    want_indices, want_offsets = prepare_chunk_indices(cu)
+    if not (torch.equal(chunk_indices, want_indices) and torch.equal(chunk_offsets, want_offsets)):
+        raise ValueError(f"{op}: 'chunk_indices'/'chunk_offsets' are not prepare_chunk_indices(cu_seqlens) "
+                         "of these sequences")
 
 
 def _register_delta_rule(name: str):
@@ -71,22 +95,26 @@ def _register_delta_rule(name: str):
             scale: Optional[float], initial_state: Optional[torch.Tensor], output_final_state: bool,
             cu_seqlens: Optional[torch.Tensor], ssm_state_indices: Optional[torch.Tensor],
             has_initial_state: Optional[torch.Tensor], use_qk_l2norm_in_kernel: bool,
-            backend: Optional[str]) -> tuple[torch.Tensor, torch.Tensor]:
+            backend: Optional[str], chunk_indices: Optional[torch.Tensor] = None,
+            chunk_offsets: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
-                          ssm_state_indices, has_initial_state, values=True)
+                          ssm_state_indices, has_initial_state, chunk_indices, chunk_offsets,
+                          values=check.values_checked(q.device))
         o, final = dispatch(name, backend, q.device, q=q, k=k, v=v, g=g, beta=beta,
                             scale=resolved_scale(name, scale, q.shape[-1]), initial_state=initial_state,
                             output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                             ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
-                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                            derived=dict(chunk_indices=chunk_indices, chunk_offsets=chunk_offsets))
         # custom ops cannot return None: an empty tensor stands for "no final state".
         return o, (final if final is not None else q.new_empty(0, dtype=torch.float32))
 
     @_op.register_fake
     def _fake(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-              has_initial_state, use_qk_l2norm_in_kernel, backend):
+              has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None):
         n, hv, dk, dv = _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
-                                          ssm_state_indices, has_initial_state, values=False)
+                                          ssm_state_indices, has_initial_state, chunk_indices, chunk_offsets,
+                                          values=False)
         shape = (n, hv, dk, dv) if output_final_state else (0,)
         return v.new_empty(v.shape), q.new_empty(shape, dtype=torch.float32)
 
@@ -116,6 +144,9 @@ _DELTA_RULE_DOC = """
             final_state row, if requested) are zeros, nothing is written.
         has_initial_state: [N] bool; False rows start from zeros.
         use_qk_l2norm_in_kernel: divide q and k by ``sqrt(sum(x^2) + 1e-6)`` first.
+        chunk_indices, chunk_offsets (``chunk_gated_delta_rule`` only): the
+            chunk table ``prepare_chunk_indices(cu_seqlens)`` (int32 [C, 2] and
+            [N+1]), built once per step by an engine; built here when None.
     Returns:
         ``(o, final_state)``: o [B, T, Hv, Dv] in v's dtype; final_state
         float32 [N, Hv, Dk, Dv] or None when not requested.
@@ -123,18 +154,20 @@ _DELTA_RULE_DOC = """
 
 
 def _delta_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-                has_initial_state, use_qk_l2norm_in_kernel, backend):
+                has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None):
     op = getattr(torch.ops.qwen_ops, name)
     o, final = op(q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens, ssm_state_indices,
-                  has_initial_state, bool(use_qk_l2norm_in_kernel), backend)
+                  has_initial_state, bool(use_qk_l2norm_in_kernel), backend, chunk_indices, chunk_offsets)
     return o, (final if output_final_state else None)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
                            cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
-                           use_qk_l2norm_in_kernel=False, backend: str | None = None):
+                           use_qk_l2norm_in_kernel=False, backend: str | None = None, chunk_indices=None,
+                           chunk_offsets=None):
     return _delta_rule("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
-                       cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, backend)
+                       cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, backend,
+                       chunk_indices, chunk_offsets)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,

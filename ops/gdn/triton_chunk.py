@@ -50,9 +50,8 @@ import triton
 import triton.language as tl
 
 from .._triton import and_flag, configured
+from .chunk_table import CHUNK, prepare_chunk_indices
 from .triton_common import L2NORM_EPS, l2_normalize_rows, prepare_launch, tile
-
-CHUNK = 64  # tokens per chunk, as in the torch chunked reference
 SUB = 16  # diagonal block size of the inverse: the smallest tl.dot dimension
 
 
@@ -237,34 +236,16 @@ def _chunk_state_kernel(
                 tl.store(final + tl.cast(seq, tl.int64) * (HV * DK * DV) + in_row, state, mask=tile_ok)
 
 
-def _chunk_table(cu: torch.Tensor):
-    """Chunks of CHUNK tokens of every sequence.
-
-    Returns (chunks int32 [n_chunks, 2] holding each chunk's first token and
-    end token, seq_chunks int32 [N+1] offsets of each sequence's chunks,
-    n_chunks). Reads the total chunk count on the host: it sizes the grid.
-    """
-    lens = (cu[1:] - cu[:-1]).to(torch.int64)
-    per_seq = (lens + CHUNK - 1) // CHUNK
-    seq_chunks = torch.zeros(cu.shape[0], dtype=torch.int64, device=cu.device)
-    seq_chunks[1:] = torch.cumsum(per_seq, 0)
-    n_chunks = int(seq_chunks[-1])
-    seq_of = torch.repeat_interleave(torch.arange(lens.shape[0], device=cu.device), per_seq, output_size=n_chunks)
-    index_in_seq = torch.arange(n_chunks, device=cu.device) - seq_chunks[seq_of]
-    first = cu.to(torch.int64)[seq_of] + CHUNK * index_in_seq
-    end = torch.minimum(first + CHUNK, cu.to(torch.int64)[seq_of + 1])
-    chunks = torch.stack([first, end], dim=1).to(torch.int32).contiguous()
-    return chunks, seq_chunks.to(torch.int32), n_chunks
-
-
 def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                           ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+                           ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, chunk_indices=None,
+                           chunk_offsets=None):
     """Triton ``chunk_gated_delta_rule``; arguments as validated by ``ops/gdn/op.py``.
 
     q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g float32 and beta [B, T, Hv];
     states float32 [N, Hv, Dk, Dv] or a pool [S, Hv, Dk, Dv] (updated in place
     at ``ssm_state_indices``). Returns (o [B, T, Hv, Dv] in v's dtype,
-    final states float32 [N, Hv, Dk, Dv] or None).
+    final states float32 [N, Hv, Dk, Dv] or None). ``chunk_indices``/``chunk_offsets``:
+    the step's ``prepare_chunk_indices`` (built here when not given, a host read on a device).
     """
     hk, dk = q.shape[2], q.shape[3]
     hv, dv = v.shape[2], v.shape[3]
@@ -274,7 +255,9 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     n = rows.n_seqs
     if n == 0 or hv == 0:
         return o.view(v.shape), plan.final
-    chunks, seq_chunks, n_chunks = _chunk_table(rows.cu)
+    if chunk_indices is None:
+        chunk_indices, chunk_offsets = prepare_chunk_indices(rows.cu)
+    chunks, seq_chunks, n_chunks = chunk_indices, chunk_offsets, chunk_indices.shape[0]
     total = rows.v.shape[0]
     f32 = dict(dtype=torch.float32, device=q.device)
     gcum_ws = torch.empty((total, hv), **f32)

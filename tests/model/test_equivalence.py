@@ -56,10 +56,10 @@ def test_persistent_batch_follows_the_scheduler(text_checkpoint, gen):
     rows, prepare = scarce.input_batch, scarce.input_batch.prepare
     checked = []
 
-    def checking_prepare(out, device):
+    def checking_prepare(out):
         assert_rows_match_scheduler(
             rows, scarce.scheduler, lambda r: out.num_computed_tokens.get(r.request_id, r.num_computed_tokens))
-        prepared = prepare(out, device)
+        prepared = prepare(out)
         assert_step_matches_metadata(prepared, out)
         assert_rows_match_scheduler(rows, scarce.scheduler, lambda r: r.num_computed_tokens)
         checked.append((len(out.preempted_req_ids), len(out.finished_req_ids)))

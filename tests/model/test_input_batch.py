@@ -50,7 +50,7 @@ def test_rows_follow_the_scheduler_through_preemption_finish_and_abort(policy, g
         if out.total_num_scheduled_tokens == 0:
             continue
         rows_before = list(batch.req_ids)
-        prepared = batch.prepare(out, torch.device("cpu"))
+        prepared = batch.prepare(out)
         seen["reordered"] += rows_before[: len(prepared.req_ids)] != prepared.req_ids
         assert batch.req_ids[: len(prepared.req_ids)] == prepared.req_ids
         assert_step_matches_metadata(prepared, out)
@@ -84,6 +84,6 @@ def test_out_of_step_batch_is_an_error(gen):
     batch.update(out, lambda r: (SamplingParams(), torch.Generator()))
     batch.num_computed_tokens[0] = 2  # a lost change
     with pytest.raises(RuntimeError, match="out of step"):
-        batch.prepare(out, torch.device("cpu"))
+        batch.prepare(out)
     with pytest.raises(RuntimeError, match="already holds row"):
         batch.update(out, lambda r: (SamplingParams(), torch.Generator()))

@@ -1,0 +1,165 @@
+"""The model runner: the model, its caches and persistent batch; ``execute(scheduler_output)`` runs one step.
+
+As vLLM's GPU model runner: it applies what the scheduler changed to the
+persistent ``InputBatch``, lays the step out (``StepMetadata``, built and
+checked on the host), derives the per-step metadata every layer shares
+(``StepInputs``), moves it to the device once, runs one forward over the
+mixed batch inside ``trusted_metadata()`` (the ops check no values again, so
+no layer reads the device back), and samples. It knows nothing of requests'
+lifetimes or outputs: that is the engine's part.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import ops
+from ..scheduling import SchedulerOutput, StepMetadata, build_step_metadata
+from .backends import backend_chooser
+from .config import Qwen35Config
+from .input_batch import InputBatch
+from .kv_cache import MemoryPlan, ModelCaches, allocate_caches
+from .qwen3_5 import Qwen35ForCausalLM
+from .sampling import SamplingParams, sample
+from .step_inputs import StepInputs
+
+WARM_UP_ID = "warm-up"
+
+
+@dataclass
+class ModelRunnerOutput:
+    """What one step produced (vLLM's name).
+
+    req_ids: the step's requests in row order (decodes first, then prefill chunks).
+    sampled_token_ids: the sampled tokens of each request that sampled.
+    logprobs: their ``{token: logprob}``, None where not asked.
+    """
+
+    req_ids: list[str] = field(default_factory=list)
+    sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    logprobs: dict[str, dict[int, float] | None] = field(default_factory=dict)
+    num_decodes: int = 0
+    num_prefills: int = 0
+
+
+def one_request_output(request_id: str, token_ids: list[int], block_ids: list[int], block_size: int, *,
+                       num_computed_tokens: int = 0, state_slot: int = 0, new: bool = True,
+                       new_block_ids: list[int] | None = None) -> SchedulerOutput:
+    """A SchedulerOutput that runs ``token_ids`` of one request (scoring and warm-up, outside the scheduler)."""
+    return SchedulerOutput(
+        num_scheduled_tokens={request_id: len(token_ids)}, total_num_scheduled_tokens=len(token_ids),
+        num_computed_tokens={request_id: num_computed_tokens}, token_ids={request_id: list(token_ids)},
+        block_ids={request_id: list(block_ids)},
+        new_block_ids={request_id: list(block_ids if new_block_ids is None else new_block_ids)},
+        scheduled_spec_decode_tokens={}, state_slots={request_id: state_slot}, sampling_req_ids=[request_id],
+        new_req_ids=[request_id] if new else [], resumed_req_ids=[], preempted_req_ids=set(),
+        finished_req_ids=set(), num_free_blocks=0, num_free_state_slots=0, block_size=block_size)
+
+
+class ModelRunner:
+    """Runs the model over scheduled steps on ``device`` with paged KV caches and GDN state pools."""
+
+    def __init__(self, model: Qwen35ForCausalLM, config: Qwen35Config, device: torch.device,
+                 backend: str | None = None):
+        self.model = model
+        self.config = config
+        self.device = device
+        self.backend = backend
+        self.caches: ModelCaches | None = None
+        self.input_batch: InputBatch | None = None
+        # Sampling settings and generator of each request the engine added, until it finishes.
+        self.sampling: dict[str, tuple[SamplingParams, torch.Generator]] = {}
+
+    # ------------------------------------------------------------------ setup
+
+    def initialize_caches(self, plan: MemoryPlan, *, block_size: int, max_model_len: int, kv_dtype: torch.dtype,
+                          kv_scales=None) -> None:
+        """Allocate the caches the plan sized and the persistent batch (one row per possible running request)."""
+        self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
+                                      num_state_slots=plan.num_state_slots, dtype=self.model.dtype,
+                                      kv_dtype=kv_dtype, device=self.device, kv_scales=kv_scales)
+        self.input_batch = InputBatch(plan.max_num_seqs, -(-max_model_len // block_size), block_size)
+
+    def warm_up(self) -> None:
+        """Run a two-token prefill and one decode through ``execute`` (sampling included) on the serving caches,
+        so that one-time costs (op registration, first kernel calls) do not land in the first request's latency.
+
+        It writes block 1 and state slot 0, which a later request overwrites before reading (its state starts
+        from zeros), and leaves the persistent batch empty.
+        """
+        bs = self.caches.block_size
+        blocks = list(range(1, -(-3 // bs) + 1))
+        if len(blocks) >= self.caches.num_blocks:
+            return  # too few blocks to hold even the warm-up request
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        self.sampling[WARM_UP_ID] = (SamplingParams(max_tokens=2, temperature=1.0, detokenize=False), generator)
+        try:
+            first = self.execute(one_request_output(WARM_UP_ID, [0, 0], blocks, bs))
+            token = first.sampled_token_ids[WARM_UP_ID]
+            self.execute(one_request_output(WARM_UP_ID, token, blocks, bs, num_computed_tokens=2, new=False,
+                                            new_block_ids=[]))
+        finally:
+            self.input_batch.remove(WARM_UP_ID)
+            self.sampling.pop(WARM_UP_ID, None)
+
+    # ------------------------------------------------------------------ steps
+
+    def add_request(self, request_id: str, params: SamplingParams, generator: torch.Generator) -> None:
+        """Remember a request's sampling state; its row is made when the scheduler admits it."""
+        self.sampling[request_id] = (params, generator)
+
+    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """Run one scheduled step: update the persistent batch, lay out, check, forward, sample."""
+        out = scheduler_output
+        self.input_batch.update(out, self.sampling.__getitem__)
+        for request_id in out.finished_req_ids:
+            self.sampling.pop(request_id, None)
+        if out.total_num_scheduled_tokens == 0:
+            return ModelRunnerOutput()
+        prepared = self.input_batch.prepare(out)
+        hidden, inputs = self._forward(prepared.batch, self.caches)
+        result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
+                                   num_prefills=prepared.num_prefills)
+        if prepared.sampling_req_ids:
+            logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
+            tokens, lps = sample(logits, prepared.params, prepared.generators)
+            for request_id, token, lp in zip(prepared.sampling_req_ids, tokens, lps):
+                result.sampled_token_ids[request_id], result.logprobs[request_id] = [token], lp
+        return result
+
+    def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None):
+        """Check the CPU layout once, derive, move, and run the model with the ops trusting the metadata."""
+        meta.validate(num_blocks=caches.num_blocks, block_size=caches.block_size,
+                      num_state_slots=caches.num_state_slots)
+        inputs = StepInputs.build(meta, self.device, self._units_builder(caches))
+        with ops.trusted_metadata():
+            hidden = self.model.forward(inputs, caches, kv_observer=kv_observer)
+        return hidden, inputs
+
+    def _units_builder(self, caches: ModelCaches):
+        """The attention ops' per-step work units for these caches (None when their backend needs none)."""
+        cfg = self.config
+        if not cfg.full_attention_layers:
+            return None
+        shape = dict(device=self.device, dtype=self.model.dtype, num_q_heads=cfg.num_attention_heads,
+                     num_kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim,
+                     kv_cache_dtype=caches.kv_cache_dtype, backend=backend_chooser(self.backend)("mixed_attention"))
+
+        def units(query_start_loc: torch.Tensor, num_decodes: int):
+            return ops.prefill_units_for(query_start_loc, num_decodes, **shape)
+
+        return units
+
+    @torch.inference_mode()
+    def score(self, token_ids: list[int], *, kv_observer=None, block_size: int, kv_dtype: torch.dtype,
+              kv_scales=None) -> torch.Tensor:
+        """Logits [len, vocab] (float32) of every position of one prompt, run as one prefill on scratch caches
+        (of ``kv_dtype``, with ``kv_scales`` when int8), so it never touches the serving state."""
+        caches = allocate_caches(self.config, num_blocks=-(-len(token_ids) // block_size) + 1,
+                                 block_size=block_size, num_state_slots=1, dtype=self.model.dtype,
+                                 kv_dtype=kv_dtype, device=self.device, kv_scales=kv_scales)
+        blocks = list(range(1, caches.num_blocks))
+        meta = build_step_metadata(one_request_output("score", list(token_ids), blocks, block_size))
+        hidden, _ = self._forward(meta, caches, kv_observer)
+        return self.model.compute_logits(hidden)
