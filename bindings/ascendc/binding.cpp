@@ -109,11 +109,14 @@ py::dict LastLaunch() { return Info().attr("copy")(); }
 void qwen_register_ascendc(pybind11::module_& m) {
   namespace py = pybind11;
   m.attr("ascendc_kernels") = py::make_tuple("reshape_and_cache", "paged_decode_attention",
-                                             "fused_recurrent_gated_delta_rule", "causal_conv1d_update");
+                                             "fused_recurrent_gated_delta_rule", "causal_conv1d_update",
+                                             "causal_conv1d_fn", "fused_gdn_gating");
   qwen_bind::RegisterReshapeAndCache(m);
   qwen_bind::RegisterPagedDecodeAttention(m);
   qwen_bind::RegisterFusedRecurrentGatedDeltaRule(m);
   qwen_bind::RegisterCausalConv1dUpdate(m);
+  qwen_bind::RegisterCausalConv1dFn(m);
+  qwen_bind::RegisterFusedGdnGating(m);
   m.def("ascendc_last_launch", &qwen_bind::LastLaunch,
         "Tiling and unified-buffer high-water mark of the last Ascend C launch (stand-in: measured).");
 }

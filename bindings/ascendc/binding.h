@@ -144,6 +144,8 @@ void RegisterReshapeAndCache(py::module_& m);
 void RegisterPagedDecodeAttention(py::module_& m);
 void RegisterFusedRecurrentGatedDeltaRule(py::module_& m);
 void RegisterCausalConv1dUpdate(py::module_& m);
+void RegisterCausalConv1dFn(py::module_& m);
+void RegisterFusedGdnGating(py::module_& m);
 
 }  // namespace qwen_bind
 
