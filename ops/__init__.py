@@ -6,6 +6,7 @@ Each op lives in its own folder with its torch reference beside its kernels:
 * ``attention``: ``paged_decode_attention``, ``prefill_attention``, ``mixed_attention``
 * ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``
 * ``conv``: ``causal_conv1d_fn``, ``causal_conv1d_update``
+* ``moe``: ``fused_experts`` (the routed experts of a MoE layer)
 
 Every op takes ``backend=None`` ("torch", "triton", "ascendc"); see
 ``available_backends()`` and ``qwen_ops.ops._backend``. Every op is also
@@ -17,6 +18,7 @@ from .attention import mixed_attention, paged_decode_attention, prefill_attentio
 from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache  # noqa: F401
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
 from .gdn import chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule  # noqa: F401
+from .moe import fused_experts  # noqa: F401
 
 __all__ = [
     "BackendError",
@@ -33,4 +35,5 @@ __all__ = [
     "fused_gdn_gating",
     "causal_conv1d_fn",
     "causal_conv1d_update",
+    "fused_experts",
 ]
