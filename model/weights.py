@@ -89,6 +89,11 @@ def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def stored_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight is kept in: ``dtype``, except the GDN gate parameters (float32, as transformers)."""
+    return torch.float32 if name.endswith(("A_log", "dt_bias")) else dtype
+
+
 def moe_shapes(config: Qwen35Config, layer: int) -> dict[str, tuple[int, ...]]:
     """The MoE block of one layer: router, fused experts, shared expert and its gate."""
     c, h = config, config.hidden_size
@@ -257,6 +262,5 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                                        f"expected {shapes[name]} for this config")
                 if not t.is_floating_point():
                     raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
-                keep_f32 = name.endswith(("A_log", "dt_bias"))
-                weights[name] = t.to(device=device, dtype=torch.float32 if keep_f32 else dtype)
+                weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
     return weights, scales
