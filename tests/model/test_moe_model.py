@@ -160,3 +160,15 @@ def test_qwen_generate_runs_on_a_moe_checkpoint(moe_text_checkpoint, tmp_path, c
     out, err = capsys.readouterr()
     assert out.startswith("Hi there")
     assert "generated tokens: 6" in err and "INT8 KV scales: calibrated" in err
+
+
+def test_tokens_are_sorted_by_expert_once_per_layer(moe_text_checkpoint, gen, monkeypatch):
+    """One ``sort_by_expert`` per MoE layer and step, whatever the number of tokens (no per-token loop)."""
+    from qwen_ops.ops.moe import reference
+
+    llm = LLM(moe_text_checkpoint, num_blocks=16, max_num_seqs=2)
+    calls = []
+    sort = reference.sort_by_expert
+    monkeypatch.setattr(reference, "sort_by_expert", lambda ids, e: calls.append(ids.shape) or sort(ids, e))
+    llm.score(torch.randint(1, 256, (40,), generator=gen).tolist())
+    assert calls == [(40, 2)] * llm.config.num_hidden_layers
