@@ -1,8 +1,11 @@
 """Qwen3.5 text settings read from a Hugging Face ``config.json``.
 
 Published Qwen3.5 checkpoints are multimodal (``model_type`` ``qwen3_5``, the
-text settings under ``text_config``); text-only ones use ``qwen3_5_text``.
-Only what the text model computes with is kept here.
+text settings under ``text_config``); text-only ones use ``qwen3_5_text``. The
+mixture-of-experts models are ``qwen3_5_moe`` (multimodal) and
+``qwen3_5_moe_text``, as transformers 5.24 defines them: every decoder layer's
+MLP is a routed MoE block plus a gated shared expert. Only what the text model
+computes with is kept here.
 """
 from __future__ import annotations
 
@@ -12,7 +15,11 @@ from dataclasses import dataclass, field
 
 TEXT_MODEL_TYPE = "qwen3_5_text"
 MULTIMODAL_MODEL_TYPE = "qwen3_5"
-SUPPORTED_MODEL_TYPES = (TEXT_MODEL_TYPE, MULTIMODAL_MODEL_TYPE)
+MOE_TEXT_MODEL_TYPE = "qwen3_5_moe_text"
+MOE_MULTIMODAL_MODEL_TYPE = "qwen3_5_moe"
+SUPPORTED_MODEL_TYPES = (TEXT_MODEL_TYPE, MULTIMODAL_MODEL_TYPE, MOE_TEXT_MODEL_TYPE, MOE_MULTIMODAL_MODEL_TYPE)
+# multimodal model_type -> the model_type its text_config must have
+TEXT_TYPE_OF = {MULTIMODAL_MODEL_TYPE: TEXT_MODEL_TYPE, MOE_MULTIMODAL_MODEL_TYPE: MOE_TEXT_MODEL_TYPE}
 LAYER_TYPES = ("linear_attention", "full_attention")
 
 
@@ -26,7 +33,12 @@ class Qwen35Config:
 
     ``layer_types[i]`` is "linear_attention" (a Gated DeltaNet layer) or
     "full_attention". ``multimodal`` says whether the weights live under
-    ``model.language_model.`` (the ``qwen3_5`` layout).
+    ``model.language_model.`` (the ``qwen3_5`` / ``qwen3_5_moe`` layout).
+
+    MoE models (``num_experts > 0``) have no dense MLP: ``intermediate_size`` is
+    0 and every layer routes each token to ``num_experts_per_tok`` of
+    ``num_experts`` SwiGLU experts of width ``moe_intermediate_size``, plus a
+    shared expert of width ``shared_expert_intermediate_size``.
     """
 
     vocab_size: int
@@ -51,12 +63,21 @@ class Qwen35Config:
     hidden_act: str = "silu"
     eos_token_id: tuple[int, ...] = ()
     multimodal: bool = False
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def rotary_dim(self) -> int:
         """Leading dims of each head rotated by RoPE (``head_dim * partial_rotary_factor``)."""
         return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def is_moe(self) -> bool:
+        """True for the mixture-of-experts models (every layer's MLP is a MoE block)."""
+        return self.num_experts > 0
 
     @property
     def full_attention_layers(self) -> list[int]:
@@ -90,12 +111,14 @@ class Qwen35Config:
                 f"unsupported model_type {model_type!r}: this engine runs Qwen3.5 models, "
                 f"model_type one of {SUPPORTED_MODEL_TYPES}"
             )
-        multimodal = model_type == MULTIMODAL_MODEL_TYPE
+        multimodal = model_type in TEXT_TYPE_OF
+        moe = model_type in (MOE_TEXT_MODEL_TYPE, MOE_MULTIMODAL_MODEL_TYPE)
         text = raw.get("text_config") if multimodal else raw
         if multimodal and not isinstance(text, dict):
-            raise ConfigError("model_type 'qwen3_5' needs the text settings under 'text_config'")
-        if multimodal and text.get("model_type", TEXT_MODEL_TYPE) != TEXT_MODEL_TYPE:
-            raise ConfigError(f"text_config.model_type must be {TEXT_MODEL_TYPE!r}, got {text.get('model_type')!r}")
+            raise ConfigError(f"model_type {model_type!r} needs the text settings under 'text_config'")
+        if multimodal and text.get("model_type", TEXT_TYPE_OF[model_type]) != TEXT_TYPE_OF[model_type]:
+            raise ConfigError(f"text_config.model_type must be {TEXT_TYPE_OF[model_type]!r} for model_type "
+                              f"{model_type!r}, got {text.get('model_type')!r}")
 
         def need(name, kind=int):
             if name not in text:
@@ -137,12 +160,20 @@ class Qwen35Config:
             raise ConfigError(f"hidden_act {act!r} is not supported (Qwen3.5 uses 'silu')")
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
         eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+        moe_fields = {}
+        if moe:
+            moe_fields = {name: need(name) for name in (
+                "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size")}
+            if moe_fields["num_experts_per_tok"] > moe_fields["num_experts"]:
+                raise ConfigError(f"config.json 'num_experts_per_tok' ({moe_fields['num_experts_per_tok']}) must be "
+                                  f"<= 'num_experts' ({moe_fields['num_experts']})")
         tie = raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)) if multimodal \
             else text.get("tie_word_embeddings", False)
         return cls(
             vocab_size=need("vocab_size"),
             hidden_size=hidden,
-            intermediate_size=need("intermediate_size"),
+            # MoE configs have no dense MLP (transformers 5.24 has no intermediate_size for them).
+            intermediate_size=0 if moe else need("intermediate_size"),
             num_hidden_layers=num_layers,
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
@@ -162,6 +193,7 @@ class Qwen35Config:
             hidden_act=act,
             eos_token_id=eos,
             multimodal=multimodal,
+            **moe_fields,
             extra={"raw": raw},
         )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import Qwen35Config
+from .weights import expected_shapes, stored_dtype
 
 # The scheduler keeps block 0 as the null block that pads block tables.
 NUM_RESERVED_BLOCKS = 1
@@ -53,6 +54,24 @@ def bytes_per_state_slot(config: Qwen35Config, dtype: torch.dtype) -> int:
     conv = (config.linear_conv_kernel_dim - 1) * config.gdn_conv_dim * _dtype_bytes(dtype)
     ssm = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim * 4
     return (conv + ssm) * len(config.linear_attention_layers)
+
+
+def weight_bytes(config: Qwen35Config, dtype: torch.dtype) -> int:
+    """Bytes of the loaded text model's weights in ``dtype``: every tensor ``expected_shapes`` lists,
+    so a MoE model's router, all its experts (fused [E, 2I, H] and [E, H, I] per layer) and its shared
+    experts are counted. The memory left for caches on an accelerator is what the weights leave."""
+    total = 0
+    for name, shape in expected_shapes(config).items():
+        numel = 1
+        for n in shape:
+            numel *= n
+        total += numel * _dtype_bytes(stored_dtype(name, dtype))
+    return total
+
+
+def expert_bytes_per_layer(config: Qwen35Config, dtype: torch.dtype) -> int:
+    """Bytes of one routed expert's three projections times the experts of one layer (0 for dense models)."""
+    return config.num_experts * 3 * config.moe_intermediate_size * config.hidden_size * _dtype_bytes(dtype)
 
 
 @dataclass(frozen=True)

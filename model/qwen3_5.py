@@ -1,6 +1,7 @@
 """The Qwen3.5 text model: embeddings, hybrid decoder layers (GDN and full attention), head.
 
-It computes exactly what transformers' ``Qwen3_5ForCausalLM`` computes, over a
+It computes exactly what transformers' ``Qwen3_5ForCausalLM`` (and, for the MoE
+configs, ``Qwen3_5MoeForCausalLM``: see ``moe.py``) computes, over a
 flat mixed batch (``StepInputs``: the step's ``StepMetadata`` on the device) with every attention and GDN computation
 going through ``qwen_ops.ops``, so any backend serves it.
 """
@@ -14,6 +15,7 @@ from .config import Qwen35Config
 from .step_inputs import StepInputs
 from .gdn import GatedDeltaNet
 from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
+from .moe import RoutingObserver, SparseMoeBlock
 from .weights import load_weights
 
 
@@ -21,7 +23,10 @@ class Qwen35ForCausalLM:
     """Pre-norm decoder blocks with residuals: ``x += mixer(norm(x)); x += mlp(norm(x))``.
 
     Weights are plain tensors (inference only). Build with ``from_pretrained``
-    or from an already loaded weight dict.
+    or from an already loaded weight dict. On MoE configs the MLP of every
+    layer is a ``SparseMoeBlock``; ``routing_observer`` (None by default), when
+    set, is called with each layer's routing (tests compare it with
+    transformers').
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], backend: str | None = None,
@@ -32,16 +37,21 @@ class Qwen35ForCausalLM:
         self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head.weight"]
         self.final_norm = weights["norm.weight"]
         self.kv_cache_scales = kv_cache_scales or {}
+        self.routing_observer: RoutingObserver | None = None
         self.layers = []
         for i, kind in enumerate(config.layer_types):
             p = f"layers.{i}."
             mixer = (FullAttention if kind == "full_attention" else GatedDeltaNet)(config, i, weights, backend)
+            if config.is_moe:
+                mlp = SparseMoeBlock(config, i, weights, backend)
+            else:
+                mlp = (weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"],
+                       weights[p + "mlp.down_proj.weight"])
             self.layers.append((
                 mixer,
                 weights[p + "input_layernorm.weight"],
                 weights[p + "post_attention_layernorm.weight"],
-                (weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"],
-                 weights[p + "mlp.down_proj.weight"]),
+                mlp,
             ))
 
     @classmethod
@@ -75,7 +85,8 @@ class Qwen35ForCausalLM:
             else:
                 h = mixer.forward(h, batch, caches)
             x = x + h
-            x = x + swiglu_mlp(rms_norm_zero_centred(x, post_norm, eps), *mlp)
+            h = rms_norm_zero_centred(x, post_norm, eps)
+            x = x + (mlp.forward(h, self.routing_observer) if isinstance(mlp, SparseMoeBlock) else swiglu_mlp(h, *mlp))
         return rms_norm_zero_centred(x, self.final_norm, eps)
 
     @torch.inference_mode()

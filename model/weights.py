@@ -8,6 +8,15 @@ names (``embed_tokens.weight``, ``layers.3.self_attn.q_proj.weight``,
 tower (``model.visual.*``) and multi-token-prediction head (``mtp.*``) are
 ignored. A missing, unexpected or mis-shaped tensor raises ``WeightsError``
 naming it.
+
+MoE checkpoints hold the routed experts in either of two layouts, both
+accepted: fused 3-D tensors ``mlp.experts.gate_up_proj`` [E, 2I, H] (gate rows
+first) and ``mlp.experts.down_proj`` [E, H, I], as transformers 5.24 keeps them
+in memory; or one 2-D tensor per expert and projection,
+``mlp.experts.{e}.{gate,up,down}_proj.weight`` (what transformers' own
+``save_pretrained`` writes and what quantised checkpoints use). Per-expert
+tensors are stacked into the fused names at load time, so the model always sees
+the fused layout.
 """
 from __future__ import annotations
 
@@ -25,6 +34,8 @@ INDEX_FILE = "model.safetensors.index.json"
 IGNORED_PREFIXES = ("model.visual.", "mtp.", "visual.")
 # msModelSlim's per-channel INT8 KV calibration: optional.
 KV_SCALE_PATTERN = re.compile(r"^layers\.(\d+)\.self_attn\.([kv])_proj\.kv_cache_scale$")
+# One expert's projection in the per-expert MoE layout.
+PER_EXPERT_PATTERN = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
 class WeightsError(ValueError):
@@ -42,9 +53,12 @@ def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         shapes[p + "input_layernorm.weight"] = (h,)
         shapes[p + "post_attention_layernorm.weight"] = (h,)
-        shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, h)
-        shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, h)
-        shapes[p + "mlp.down_proj.weight"] = (h, c.intermediate_size)
+        if c.is_moe:
+            shapes.update(moe_shapes(c, i))
+        else:
+            shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, h)
+            shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, h)
+            shapes[p + "mlp.down_proj.weight"] = (h, c.intermediate_size)
         if kind == "full_attention":
             a = p + "self_attn."
             q_out = c.num_attention_heads * c.head_dim
@@ -73,6 +87,43 @@ def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
             shapes[g + "norm.weight"] = (c.linear_value_head_dim,)
             shapes[g + "out_proj.weight"] = (h, c.gdn_value_dim)
     return shapes
+
+
+def stored_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight is kept in: ``dtype``, except the GDN gate parameters (float32, as transformers)."""
+    return torch.float32 if name.endswith(("A_log", "dt_bias")) else dtype
+
+
+def moe_shapes(config: Qwen35Config, layer: int) -> dict[str, tuple[int, ...]]:
+    """The MoE block of one layer: router, fused experts, shared expert and its gate."""
+    c, h = config, config.hidden_size
+    e, i, s = c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size
+    m = f"layers.{layer}.mlp."
+    return {
+        m + "gate.weight": (e, h),
+        m + "experts.gate_up_proj": (e, 2 * i, h),
+        m + "experts.down_proj": (e, h, i),
+        m + "shared_expert.gate_proj.weight": (s, h),
+        m + "shared_expert.up_proj.weight": (s, h),
+        m + "shared_expert.down_proj.weight": (h, s),
+        m + "shared_expert_gate.weight": (1, h),
+    }
+
+
+def _per_expert_target(config: Qwen35Config, name: str):
+    """Where a per-expert tensor goes in the fused layout: (fused name, expert, rows slice, shape), or None."""
+    match = PER_EXPERT_PATTERN.match(name)
+    if match is None or not config.is_moe:
+        return None
+    layer, expert, proj = int(match.group(1)), int(match.group(2)), match.group(3)
+    if layer >= config.num_hidden_layers or expert >= config.num_experts:
+        return None  # reported as unexpected
+    h, i = config.hidden_size, config.moe_intermediate_size
+    m = f"layers.{layer}.mlp.experts."
+    if proj == "down":
+        return m + "down_proj", expert, slice(0, h), (h, i)
+    rows = slice(0, i) if proj == "gate" else slice(i, 2 * i)
+    return m + "gate_up_proj", expert, rows, (i, h)
 
 
 def checkpoint_files(model_dir: str) -> dict[str, str]:
@@ -123,6 +174,25 @@ def text_model_name(checkpoint_name: str, multimodal: bool) -> str | None:
     return checkpoint_name  # reported as unexpected by the caller
 
 
+def _check_expert_pieces(model_dir: str, config: Qwen35Config, pieces: dict[str, set[tuple[int, int]]],
+                         found: set[str]) -> list[str]:
+    """The fused expert tensors that per-expert tensors make up; each must be complete and not also fused."""
+    fused = []
+    for name, got in sorted(pieces.items()):
+        if name in found:
+            raise WeightsError(f"checkpoint in {model_dir!r} holds {name!r} both fused and as per-expert tensors; "
+                               f"expected one layout")
+        starts = (0,) if name.endswith("down_proj") else (0, config.moe_intermediate_size)
+        want = {(e, r) for e in range(config.num_experts) for r in starts}
+        if got != want:
+            e, r = min(want - got)
+            proj = "down" if name.endswith("down_proj") else ("gate" if r == 0 else "up")
+            raise WeightsError(f"checkpoint in {model_dir!r} is missing {len(want - got)} per-expert tensor(s) of "
+                               f"{name!r}, e.g. expert {e} {proj}_proj")
+        fused.append(name)
+    return fused
+
+
 def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Read every tensor the text model needs, checked and cast to ``dtype``.
@@ -137,13 +207,18 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
     files = checkpoint_files(model_dir)
     by_file: dict[str, list[tuple[str, str]]] = {}
     unexpected = []
+    # fused name -> the per-expert pieces found for it (expert, rows.start)
+    pieces: dict[str, set[tuple[int, int]]] = {}
     for ckpt_name, path in files.items():
         name = text_model_name(ckpt_name, config.multimodal)
         if name is None:
             continue
         if name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # tied: the embedding serves as the head
-        if name not in shapes and not KV_SCALE_PATTERN.match(name):
+        target = _per_expert_target(config, name)
+        if target is not None:
+            pieces.setdefault(target[0], set()).add((target[1], target[2].start))
+        elif name not in shapes and not KV_SCALE_PATTERN.match(name):
             unexpected.append(ckpt_name)
             continue
         by_file.setdefault(path, []).append((ckpt_name, name))
@@ -151,12 +226,16 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
         raise WeightsError(f"checkpoint in {model_dir!r} has {len(unexpected)} unexpected tensor(s) for this "
                            f"config, e.g. {sorted(unexpected)[:5]}")
     found = {name for pairs in by_file.values() for _, name in pairs}
-    missing = sorted(set(shapes) - found)
+    fused = _check_expert_pieces(model_dir, config, pieces, found)
+    missing = sorted(set(shapes) - found - set(fused))
     if missing:
         raise WeightsError(f"checkpoint in {model_dir!r} is missing {len(missing)} tensor(s), e.g. {missing[:5]}")
 
     weights: dict[str, torch.Tensor] = {}
     scales: dict[str, torch.Tensor] = {}
+    # Per-expert tensors are copied into their fused tensor as they are read.
+    for name in fused:
+        weights[name] = torch.empty(shapes[name], dtype=dtype, device=device)
     for path, pairs in by_file.items():
         with _open(path) as f:
             for ckpt_name, name in pairs:
@@ -168,11 +247,20 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                 if KV_SCALE_PATTERN.match(name):
                     scales[name] = t.to(device=device, dtype=torch.float32)
                     continue
+                target = _per_expert_target(config, name)
+                if target is not None:
+                    fused_name, expert, rows, shape = target
+                    if tuple(t.shape) != shape:
+                        raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has shape {tuple(t.shape)}, "
+                                           f"expected {shape} for this config")
+                    if not t.is_floating_point():
+                        raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
+                    weights[fused_name][expert, rows] = t.to(device=device, dtype=dtype)
+                    continue
                 if tuple(t.shape) != shapes[name]:
                     raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has shape {tuple(t.shape)}, "
                                        f"expected {shapes[name]} for this config")
                 if not t.is_floating_point():
                     raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
-                keep_f32 = name.endswith(("A_log", "dt_bias"))
-                weights[name] = t.to(device=device, dtype=torch.float32 if keep_f32 else dtype)
+                weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
     return weights, scales

@@ -6,6 +6,7 @@ Each op lives in its own folder with its torch reference beside its kernels:
 * ``attention``: ``paged_decode_attention``, ``prefill_attention``, ``mixed_attention``
 * ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``
 * ``conv``: ``causal_conv1d_fn``, ``causal_conv1d_update``
+* ``moe``: ``fused_experts`` (the routed experts of a MoE layer)
 
 Every op takes ``backend=None`` ("torch", "triton", "ascendc"); see
 ``available_backends()`` and ``qwen_ops.ops._backend``. Every op is also
@@ -24,6 +25,7 @@ from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshap
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
 from .gdn import (chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule,  # noqa: F401
                   prepare_chunk_indices)
+from .moe import fused_experts  # noqa: F401
 
 __all__ = [
     "BackendError",
@@ -45,4 +47,5 @@ __all__ = [
     "prepare_chunk_indices",
     "causal_conv1d_fn",
     "causal_conv1d_update",
+    "fused_experts",
 ]

@@ -30,6 +30,7 @@ BENCHMARKED_OPS = {
     "test_fused_gdn_gating": "fused_gdn_gating",
     "test_causal_conv1d_fn": "causal_conv1d_fn",
     "test_causal_conv1d_update": "causal_conv1d_update",
+    "test_fused_experts": "fused_experts",
 }
 
 

@@ -88,3 +88,86 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> tuple[list[int],
                              output_logits=True, return_dict_in_generate=True, pad_token_id=0,
                              eos_token_id=None)
     return out.sequences[0, len(prompt):].tolist(), torch.cat(out.logits).float()
+
+
+# ----------------------------------------------------------------------------- MoE (qwen3_5_moe*)
+
+# TINY_TEXT's shape with a MoE block in every layer (transformers 5.24's MoE config has no intermediate_size).
+TINY_MOE_TEXT = {**{k: v for k, v in TINY_TEXT.items() if k != "intermediate_size"},
+                 "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+                 "num_experts": 8, "num_experts_per_tok": 2}
+EXPERT_LAYOUTS = ("per_expert", "fused")
+
+
+def fuse_experts_file(file: str) -> None:
+    """Rewrite a safetensors file's per-expert tensors ``...mlp.experts.{e}.{gate,up,down}_proj.weight``
+    as the fused ``...mlp.experts.gate_up_proj`` [E, 2I, H] (gate rows first) and ``down_proj`` [E, H, I]."""
+    import re
+
+    from safetensors.torch import load_file, save_file
+
+    pattern = re.compile(r"^(.*\.mlp\.experts\.)(\d+)\.(gate|up|down)_proj\.weight$")
+    tensors = load_file(file)
+    groups: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
+    for name in list(tensors):
+        match = pattern.match(name)
+        if match:
+            prefix, expert, proj = match.group(1), int(match.group(2)), match.group(3)
+            groups.setdefault(prefix, {}).setdefault(proj, {})[expert] = tensors.pop(name)
+    for prefix, projs in groups.items():
+        n = len(projs["down"])
+        tensors[prefix + "gate_up_proj"] = torch.stack(
+            [torch.cat([projs["gate"][e], projs["up"][e]], dim=0) for e in range(n)]).contiguous()
+        tensors[prefix + "down_proj"] = torch.stack([projs["down"][e] for e in range(n)]).contiguous()
+    save_file(tensors, file, metadata={"format": "pt"})
+
+
+def save_moe_checkpoint(path, seed: int = 0, *, multimodal: bool = False, layout: str = "per_expert",
+                        **overrides) -> str:
+    """A tiny random Qwen3.5 MoE checkpoint: ``qwen3_5_moe_text`` (``Qwen3_5MoeForCausalLM``) or, with
+    ``multimodal``, ``qwen3_5_moe`` (vision tower, weights under model.language_model., plus an
+    ``mtp.*`` tensor). ``layout``: "per_expert" (what transformers 5.24's save_pretrained writes) or
+    "fused" (3-D expert tensors). Norms, gates, router and experts are randomised."""
+    from safetensors.torch import load_file, save_file
+    from transformers import (Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration,
+                              Qwen3_5MoeTextConfig)
+
+    if layout not in EXPERT_LAYOUTS:
+        raise ValueError(f"layout must be one of {EXPERT_LAYOUTS}, got {layout!r}")
+    torch.manual_seed(seed)
+    text = {**TINY_MOE_TEXT, **overrides}
+    if multimodal:
+        model = Qwen3_5MoeForConditionalGeneration(Qwen3_5MoeConfig(text_config=text, vision_config=TINY_VISION))
+    else:
+        model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**text))
+    randomise(model.eval(), seed + 1)
+    model.save_pretrained(path)
+    file = os.path.join(path, "model.safetensors")
+    if layout == "fused":
+        fuse_experts_file(file)
+    if multimodal:
+        tensors = load_file(file)
+        tensors["mtp.fc.weight"] = torch.randn(8, 8)
+        save_file(tensors, file, metadata={"format": "pt"})
+    return os.fspath(path)
+
+
+def hf_moe_model(path):
+    """The transformers MoE model of a saved MoE checkpoint (either prefix, either expert layout), in eval mode."""
+    from transformers import AutoConfig, Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration
+
+    with open(os.path.join(path, "config.json")) as f:
+        model_type = json.load(f)["model_type"]
+    cls = Qwen3_5MoeForConditionalGeneration if model_type == "qwen3_5_moe" else Qwen3_5MoeForCausalLM
+    return cls.from_pretrained(path, config=AutoConfig.from_pretrained(path)).eval()
+
+
+def record_hf_routing(model) -> dict[int, list[torch.Tensor]]:
+    """Hook every transformers MoE router; returns {layer: [topk_ids of each forward call]} filled as it runs."""
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeTopKRouter
+
+    found: dict[int, list[torch.Tensor]] = {}
+    routers = [m for m in model.modules() if isinstance(m, Qwen3_5MoeTopKRouter)]
+    for layer, router in enumerate(routers):  # modules() walks the layers in order
+        router.register_forward_hook(lambda _m, _i, out, layer=layer: found.setdefault(layer, []).append(out[2]))
+    return found

@@ -27,3 +27,24 @@ def tied_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session", params=["text", "multimodal"])
 def checkpoint(request, text_checkpoint, multimodal_checkpoint):
     return text_checkpoint if request.param == "text" else multimodal_checkpoint
+
+
+# ----------------------------------------------------------------------------- MoE checkpoints
+
+from checkpoints import save_moe_checkpoint  # noqa: E402
+
+MOE_VARIANTS = [("text", "per_expert"), ("text", "fused"), ("multimodal", "fused"), ("multimodal", "per_expert")]
+
+
+@pytest.fixture(scope="session", params=MOE_VARIANTS, ids=["-".join(v) for v in MOE_VARIANTS])
+def moe_checkpoint(request, tmp_path_factory):
+    """A tiny random Qwen3.5 MoE checkpoint: text-only or multimodal prefix, per-expert or fused experts."""
+    prefix, layout = request.param
+    return save_moe_checkpoint(tmp_path_factory.mktemp(f"qwen35_moe_{prefix}_{layout}"), seed=3,
+                               multimodal=prefix == "multimodal", layout=layout)
+
+
+@pytest.fixture(scope="session")
+def moe_text_checkpoint(tmp_path_factory):
+    """The text-only per-expert MoE checkpoint (what transformers writes), for tests needing just one."""
+    return save_moe_checkpoint(tmp_path_factory.mktemp("qwen35_moe_text"), seed=3)
