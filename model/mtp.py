@@ -82,6 +82,27 @@ def mtp_expected_shapes(config: Qwen35Config, num_layers: int) -> dict[str, tupl
     return shapes
 
 
+def _mtp_files(model_dir: str) -> dict[str, str]:
+    return {name: path for name, path in checkpoint_files(model_dir).items() if name.startswith(PREFIX)}
+
+
+def _num_layers(config: Qwen35Config, mtp_names) -> int:
+    configured = configured_num_layers(config)
+    if configured is not None:
+        return configured
+    return len({int(m.group(1)) for m in map(_LAYER_NAME.match, mtp_names) if m})
+
+
+def count_mtp_layers(model_dir: str | os.PathLike, config: Qwen35Config) -> int:
+    """MTP layers a checkpoint offers for drafting (0 without ``mtp.*`` tensors), from names alone.
+
+    What ``speculative_config.parse_speculative_config`` takes as ``num_mtp_layers``;
+    ``load_mtp_weights`` then checks every tensor.
+    """
+    files = _mtp_files(os.fspath(model_dir))
+    return _num_layers(config, files) if files else 0
+
+
 def load_mtp_weights(model_dir: str | os.PathLike, config: Qwen35Config, dtype: torch.dtype,
                      device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Read the ``mtp.*`` tensors, checked and cast to ``dtype``; keys keep their checkpoint names.
@@ -90,10 +111,8 @@ def load_mtp_weights(model_dir: str | os.PathLike, config: Qwen35Config, dtype: 
     some of them), unexpected or mis-shaped.
     """
     model_dir = os.fspath(model_dir)
-    files = {name: path for name, path in checkpoint_files(model_dir).items() if name.startswith(PREFIX)}
-    num_layers = configured_num_layers(config)
-    if num_layers is None:
-        num_layers = len({int(m.group(1)) for m in map(_LAYER_NAME.match, files) if m})
+    files = _mtp_files(model_dir)
+    num_layers = _num_layers(config, files)
     shapes = mtp_expected_shapes(config, num_layers) if num_layers else {}
     if not files or not num_layers:
         example = sorted(mtp_expected_shapes(config, 1))

@@ -3,7 +3,7 @@ import os
 
 import pytest
 import torch
-from checkpoints import TINY_TEXT, save_multimodal_checkpoint_with_mtp, save_text_checkpoint_with_mtp
+from checkpoints import TINY_TEXT
 from safetensors.torch import load_file, save_file
 from tolerances import MODEL_VS_TRANSFORMERS, tol
 
@@ -13,21 +13,6 @@ from qwen_ops.model.mtp import MTPWeightsError, Qwen35MTP, add_mtp_kv_caches, lo
 from qwen_ops.model.qwen3_5 import Qwen35ForCausalLM
 
 BLOCK_SIZE, NUM_BLOCKS = 4, 8
-
-
-@pytest.fixture(scope="module")
-def text_mtp_checkpoint(tmp_path_factory):
-    return save_text_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_text_mtp"), seed=3)
-
-
-@pytest.fixture(scope="module")
-def multimodal_mtp_checkpoint(tmp_path_factory):
-    return save_multimodal_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_mm_mtp"), seed=4)
-
-
-@pytest.fixture(scope="module")
-def two_layer_mtp_checkpoint(tmp_path_factory):
-    return save_text_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_text_mtp2"), seed=6, num_mtp_layers=2)
 
 
 @pytest.fixture(params=["text", "multimodal"])
