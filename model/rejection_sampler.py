@@ -21,6 +21,10 @@ target's own, so a step advances a request by 1 to k_r + 1 tokens:
   stop; when all are accepted emit a token drawn from the bonus row's p.
   Each emitted token then has exactly the target's distribution.
 
+A draft of -1 is a placeholder (the scheduler pads a request to the decode
+shape with them, as vLLM does): always rejected, so the walk stops there and
+emits the target's own token (argmax, or a draw from p).
+
 Randomness: each random request uses only its own generator and draws the
 same amount whatever happens (k_r uniforms, V exponentials for the recovered
 token, V for the bonus token), so its tokens do not depend on the batch.
@@ -62,8 +66,9 @@ def _check(target_logits, draft_token_ids, params, generators, draft_probs) -> l
     for r, drafts in enumerate(draft_token_ids):
         if not isinstance(params[r], SamplingParams):
             raise TypeError(f"{where}: params[{r}] must be a SamplingParams, got {type(params[r]).__name__}")
-        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in drafts):
-            raise ValueError(f"{where}: draft_token_ids[{r}] must hold token ids in [0, {vocab}), got {list(drafts)}")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not -1 <= t < vocab for t in drafts):
+            raise ValueError(f"{where}: draft_token_ids[{r}] must hold token ids in [0, {vocab}) or -1 "
+                             f"(a placeholder), got {list(drafts)}")
         if not params[r].greedy and generators[r] is None:
             raise ValueError(f"{where}: request {r} samples (temperature > 0) and needs a torch.Generator")
         offsets.append(offsets[-1] + len(drafts) + 1)
@@ -105,6 +110,8 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: list[list[int
     device = target_logits.device
     draft_rows = [offsets[r] + i for r in range(n) for i in range(len(draft_token_ids[r]))]
     flat_drafts = torch.tensor([t for drafts in draft_token_ids for t in drafts], dtype=torch.int64, device=device)
+    placeholder = flat_drafts < 0
+    flat_drafts = flat_drafts.clamp_min(0)  # gather-safe; placeholders are rejected below
     # Draft i of request r is row offsets[r] + i; its probability under q sits at row (that row - r).
     greedy_choice = target_logits.argmax(dim=-1)
     choice = greedy_choice.clone()  # the token emitted if the walk stops at this row
@@ -135,7 +142,8 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: list[list[int
                 if draft_probs is None:
                     q = torch.nn.functional.one_hot(d, p.shape[1]).to(torch.float32)
                 else:
-                    q = draft_probs[offsets[r] - r: offsets[r] - r + k]
+                    q = draft_probs[offsets[r] - r: offsets[r] - r + k].clone()
+                q[placeholder[offsets[r] - r: offsets[r] - r + k]] = 0  # nothing drafted: the residual is p
                 p_d = p_req[:k].gather(1, d[:, None])[:, 0]
                 q_d = q.gather(1, d[:, None])[:, 0]
                 # u < p/q accepts with probability min(1, p/q) for u uniform in [0, 1).
@@ -145,7 +153,7 @@ def rejection_sample(target_logits: torch.Tensor, draft_token_ids: list[list[int
                 choice[offsets[r]: offsets[r] + k] = (residual / recovered_race[j]).argmax(dim=-1)
             local += k + 1
 
-    accepted_list, choice_list = accepted.tolist(), choice.tolist()
+    accepted_list, choice_list = (accepted & ~placeholder).tolist(), choice.tolist()
     token_ids, num_accepted = [], []
     for r, drafts in enumerate(draft_token_ids):
         first = offsets[r] - r

@@ -174,12 +174,32 @@ def test_seeded_request_does_not_depend_on_the_batch(gen):
     assert batched.token_ids[1] == alone.token_ids[0]
 
 
+def test_placeholder_drafts_are_rejected(gen):
+    """-1 pads a request to the decode shape: never accepted; the target's own token is emitted."""
+    vocab = 9
+    rows = torch.randn(3, vocab, generator=gen)
+    greedy = rejection_sample(rows, [[-1, -1]], [GREEDY], [None])
+    assert greedy.token_ids == [[int(rows[0].argmax())]] and greedy.num_accepted == [0]
+    # Sampling: the emitted token follows p_0 itself (nothing was drafted to subtract).
+    n = 4000
+    p0 = torch.softmax(rows[0].double(), -1)
+    result = rejection_sample(rows.repeat(n, 1), [[-1, -1]] * n, [SamplingParams(temperature=1.0)] * n,
+                              [torch.Generator().manual_seed(50 + i) for i in range(n)],
+                              draft_probs=torch.full((2 * n, vocab), 1 / vocab))
+    assert all(len(t) == 1 for t in result.token_ids)
+    counts = {(x,): c for x, c in enumerate(torch.bincount(torch.tensor([t[0] for t in result.token_ids]),
+                                                           minlength=vocab).tolist())}
+    assert chi_square_p_value(counts, {(x,): float(p0[x]) for x in range(vocab)}, n) > 1e-4
+
+
 def test_bad_arguments_are_named():
     rows = torch.randn(3, 10)
     with pytest.raises(ValueError, match="sum\\(k_r \\+ 1\\) = 2 rows"):
         rejection_sample(rows, [[1]], [GREEDY], [None])
-    with pytest.raises(ValueError, match=r"draft_token_ids\[0\] must hold token ids in \[0, 10\)"):
+    with pytest.raises(ValueError, match=r"draft_token_ids\[0\] must hold token ids in \[0, 10\) or -1"):
         rejection_sample(rows, [[1, 10]], [GREEDY], [None])
+    with pytest.raises(ValueError, match=r"draft_token_ids\[0\] must hold token ids in \[0, 10\) or -1"):
+        rejection_sample(rows, [[1, -2]], [GREEDY], [None])
     with pytest.raises(ValueError, match="needs a torch.Generator"):
         rejection_sample(rows, [[1, 2]], [SamplingParams(temperature=1.0)], [None])
     with pytest.raises(TypeError, match="float32"):

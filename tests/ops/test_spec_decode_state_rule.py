@@ -245,3 +245,50 @@ def test_spec_decode_forms_compile_with_their_fakes(backend):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(states, eager_states)
     torch.testing.assert_close(pool, eager_pool)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_column_is_the_plain_decode_update(gen, backend):
+    """W = 1 (no drafts), num_accepted = 1: the spec form computes exactly the 1-D pool update."""
+    i32 = dict(dtype=torch.int32)
+    slots = torch.tensor([4, 0, 2], **i32)
+    q, k, v = (F.normalize(torch.randn(3, 1, 2, 16, generator=gen), dim=-1) for _ in range(3))
+    g, beta = -torch.rand(3, 1, 2, generator=gen), torch.rand(3, 1, 2, generator=gen)
+    pool = torch.randn(6, 2, 16, 16, generator=gen)
+    plain_pool = pool.clone()
+    o_plain, _ = ops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=plain_pool,
+                                                      ssm_state_indices=slots, backend=backend)
+    o_spec, _ = ops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool,
+                                                     ssm_state_indices=slots[:, None],
+                                                     num_accepted_tokens=torch.ones(3, **i32), backend=backend)
+    torch.testing.assert_close(o_spec, o_plain, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(pool, plain_pool, **tol(KERNEL_VS_REFERENCE, F32))
+
+    x, weight = torch.randn(3, 24, generator=gen), torch.randn(24, 4, generator=gen)
+    states = torch.randn(6, 3, 24, generator=gen)
+    plain_states = states.clone()
+    y_plain = ops.causal_conv1d_update(x, plain_states, weight, cache_indices=slots, backend=backend)
+    y_spec = ops.causal_conv1d_update(x, states, weight, cache_indices=slots[:, None],
+                                      query_start_loc=torch.arange(4, **i32),
+                                      num_accepted_tokens=torch.ones(3, **i32), backend=backend)
+    torch.testing.assert_close(y_spec, y_plain, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(states, plain_states, **tol(KERNEL_VS_REFERENCE, F32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spec_form_without_initial_state_starts_from_zeros(gen, backend):
+    i32 = dict(dtype=torch.int32)
+    table = torch.tensor([[1, 3, 5], [0, 2, 4]], **i32)
+    cu = torch.tensor([0, 3, 5], **i32)
+    q, k, v = (F.normalize(torch.randn(1, 5, 2, 16, generator=gen), dim=-1) for _ in range(3))
+    g, beta = -torch.rand(1, 5, 2, generator=gen), torch.rand(1, 5, 2, generator=gen)
+    pool = torch.randn(6, 2, 16, 16, generator=gen)
+    o, final = ops.fused_recurrent_gated_delta_rule(
+        q, k, v, g, beta, initial_state=pool, output_final_state=True, cu_seqlens=cu, ssm_state_indices=table,
+        num_accepted_tokens=torch.tensor([3, 2], **i32), has_initial_state=torch.tensor([False, True]),
+        backend=backend)
+    want0, state0 = delta_rule_float64(q[0, :3], k[0, :3], v[0, :3], g[0, :3], beta[0, :3], 16 ** -0.5, None,
+                                       l2norm=False)
+    torch.testing.assert_close(o[0, :3].double(), want0, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(final[0].double(), state0, **tol(KERNEL_VS_REFERENCE, F32))
+    torch.testing.assert_close(pool[5].double(), state0, **tol(KERNEL_VS_REFERENCE, F32))
