@@ -1,5 +1,7 @@
 """The MTP drafter against an independent computation with transformers' own Qwen3.5 modules, both layouts."""
+import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -194,3 +196,22 @@ def test_mtp_kv_caches_refuse_a_taken_layer_id():
     with pytest.raises(ValueError, match="int8 KV cache needs k/v scales"):
         add_mtp_kv_caches(caches, config, [5], torch.int8, "cpu")
     assert 5 not in caches.key_caches
+
+
+def test_mtp_weights_in_their_own_shard(text_mtp_checkpoint, tmp_path):
+    """Published checkpoints are sharded (the head often in a shard of its own): read through the index."""
+    from qwen_ops.model.config import Qwen35Config
+
+    out = tmp_path / "sharded"
+    out.mkdir()
+    shutil.copy(os.path.join(text_mtp_checkpoint, "config.json"), out / "config.json")
+    tensors = load_file(os.path.join(text_mtp_checkpoint, "model.safetensors"))
+    head = {k: v for k, v in tensors.items() if k.startswith("mtp.")}
+    body = {k: v for k, v in tensors.items() if not k.startswith("mtp.")}
+    save_file(body, os.fspath(out / "model-00001-of-00002.safetensors"), metadata={"format": "pt"})
+    save_file(head, os.fspath(out / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in body}
+    weight_map.update({k: "model-00002-of-00002.safetensors" for k in head})
+    (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    weights = load_mtp_weights(out, Qwen35Config.from_pretrained(out), torch.float32)
+    assert set(weights) == set(head) and all(torch.equal(weights[k], head[k]) for k in head)
