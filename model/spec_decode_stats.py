@@ -30,10 +30,15 @@ class SpecDecodingStats:
         self.num_draft_tokens_per_pos = self.num_draft_tokens_per_pos or [0] * k
 
     def observe(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
-        """One request's draft of ``num_draft_tokens`` (<= k) tokens, ``num_accepted_tokens`` of them accepted."""
+        """One request's draft of ``num_draft_tokens`` (<= k) tokens, ``num_accepted_tokens`` of them accepted.
+
+        A step without drafts (``num_draft_tokens == 0``) is not a draft and counts nothing (as in vLLM).
+        """
         if not 0 <= num_accepted_tokens <= num_draft_tokens <= self.num_speculative_tokens:
             raise ValueError(f"SpecDecodingStats.observe: need 0 <= accepted ({num_accepted_tokens}) <= drafted "
                              f"({num_draft_tokens}) <= k ({self.num_speculative_tokens})")
+        if num_draft_tokens == 0:
+            return
         self.num_drafts += 1
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += num_accepted_tokens
@@ -70,16 +75,20 @@ class SpecDecodingStats:
             return None
         return [a / self.num_drafts for a in self.num_accepted_tokens_per_pos]
 
-    def as_metrics(self) -> dict:
-        """The entries for ``RequestOutput.metrics`` (names as vLLM's logger prints them)."""
-        return {
+    def as_metrics(self) -> dict[str, float]:
+        """Flat numeric entries for ``RequestOutput.metrics``: the counts always; the rates (acceptance,
+        mean acceptance length, ``spec_acceptance_rate_pos_{i}`` per draft position) once a draft was seen."""
+        metrics: dict[str, float] = {
             "spec_num_drafts": self.num_drafts,
             "spec_num_draft_tokens": self.num_draft_tokens,
             "spec_num_accepted_tokens": self.num_accepted_tokens,
-            "spec_acceptance_rate": self.acceptance_rate,
-            "spec_mean_acceptance_length": self.mean_acceptance_length,
-            "spec_acceptance_rate_per_pos": self.acceptance_rate_per_pos,
         }
+        if self.num_drafts:
+            metrics["spec_acceptance_rate"] = self.acceptance_rate
+            metrics["spec_mean_acceptance_length"] = self.mean_acceptance_length
+            for i, rate in enumerate(self.acceptance_rate_per_pos):
+                metrics[f"spec_acceptance_rate_pos_{i}"] = rate
+        return metrics
 
     def summary(self) -> str:
         """One line for ``qwen-generate``."""

@@ -53,7 +53,7 @@ def test_mtp_layers_are_counted_from_the_checkpoint(text_mtp_checkpoint, multimo
 def test_statistics_follow_vllm_definitions():
     stats = SpecDecodingStats(3)
     assert stats.acceptance_rate is None and stats.mean_acceptance_length is None
-    for drafted, accepted in [(3, 3), (3, 0), (2, 1), (3, 2)]:
+    for drafted, accepted in [(3, 3), (3, 0), (0, 0), (2, 1), (3, 2)]:  # (0, 0): no draft, not counted
         stats.observe(drafted, accepted)
     # by hand: 11 drafted, 6 accepted over 4 drafts; positions accepted 3, 2, 1 times
     assert (stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens) == (4, 11, 6)
@@ -62,6 +62,10 @@ def test_statistics_follow_vllm_definitions():
     assert stats.acceptance_rate_per_pos == [3 / 4, 2 / 4, 1 / 4]
     metrics = stats.as_metrics()
     assert metrics["spec_num_draft_tokens"] == 11 and metrics["spec_mean_acceptance_length"] == 2.5
+    assert [metrics[f"spec_acceptance_rate_pos_{i}"] for i in range(3)] == [0.75, 0.5, 0.25]
+    assert all(isinstance(v, (int, float)) for v in metrics.values())
+    assert set(SpecDecodingStats(2).as_metrics()) == {"spec_num_drafts", "spec_num_draft_tokens",
+                                                      "spec_num_accepted_tokens"}
     assert "mean acceptance length 2.50" in stats.summary() and "6/11" in stats.summary()
     other = SpecDecodingStats(3)
     other.observe(1, 1)
