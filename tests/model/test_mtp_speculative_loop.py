@@ -141,14 +141,18 @@ def fresh_drafts(path, seq, k):
     return draft(mtp, caches, seq[1:], 0, hidden, len(seq) - 2, k)
 
 
-@pytest.fixture(scope="module")
-def reference(text_mtp_checkpoint):
+def greedy_reference(path):
     """Plain greedy tokens from the engine, without speculation (NEW of them compared, the rest feed the oracle)."""
     gen = torch.Generator().manual_seed(11)
     prompt = torch.randint(1, 256, (9,), generator=gen).tolist()
-    llm = LLM(text_mtp_checkpoint, num_blocks=32, max_num_seqs=2)
+    llm = LLM(path, num_blocks=32, max_num_seqs=2)
     out = llm.generate([prompt], SamplingParams(max_tokens=NEW + 4, temperature=0, detokenize=False))
     return prompt, out[0].outputs[0].token_ids
+
+
+@pytest.fixture(scope="module")
+def reference(text_mtp_checkpoint):
+    return greedy_reference(text_mtp_checkpoint)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -162,6 +166,14 @@ def test_mtp_speculation_reproduces_greedy_tokens(text_mtp_checkpoint, reference
     # cache (rejected positions overwritten later) equal drafts computed from scratch on the same sequence.
     for seq, drafts in history[:: max(1, len(history) // 4)]:
         assert drafts == fresh_drafts(text_mtp_checkpoint, seq, k), f"after {len(seq)} tokens"
+
+
+def test_multimodal_layout_reproduces_greedy_tokens(multimodal_mtp_checkpoint):
+    prompt, want = greedy_reference(multimodal_mtp_checkpoint)
+    got, _, _, history = speculative_greedy(multimodal_mtp_checkpoint, prompt, NEW, 2)
+    assert got == want[:NEW]
+    seq, drafts = history[len(history) // 2]
+    assert drafts == fresh_drafts(multimodal_mtp_checkpoint, seq, 2)
 
 
 def test_triton_backend_reproduces_greedy_tokens(text_mtp_checkpoint, reference):
