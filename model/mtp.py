@@ -39,7 +39,6 @@ import torch.nn.functional as F
 
 from .attention import FullAttention
 from .config import Qwen35Config
-from .forward_batch import ForwardBatch
 from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
 from .weights import WeightsError, _open, checkpoint_files, expected_shapes
 
@@ -147,7 +146,7 @@ def load_mtp_weights(model_dir: str | os.PathLike, config: Qwen35Config, dtype: 
 
 
 class Qwen35MTP:
-    """The MTP drafter over a flat batch (``ForwardBatch``), sharing the target's embedding and lm_head.
+    """The MTP drafter over a flat step batch (what the target's forward reads), sharing its embedding and lm_head.
 
     ``layer_ids[i]`` is the KV-cache layer id of MTP layer i
     (``num_hidden_layers + i``).
@@ -187,9 +186,11 @@ class Qwen35MTP:
         return len(self.layers)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, hidden_states: torch.Tensor, caches, step: int = 0) -> torch.Tensor:
+    def forward(self, batch, hidden_states: torch.Tensor, caches, step: int = 0) -> torch.Tensor:
         """One draft step over ``batch``; returns the MTP hidden states [T, H] (after ``mtp.norm``).
 
+        ``batch`` is the step batch the target's layers read (the same fields),
+        laid out for the MTP's inputs:
         batch.input_ids [T]: at each row the token after that row's position
         (x_{t+1}, or the previous draft); batch.positions [T]: the row's
         position t, whose slot (``batch.slot_mapping``) receives the MTP
@@ -197,9 +198,10 @@ class Qwen35MTP:
         final hidden state at t for the first draft, the previous step's
         output for later ones. ``step`` selects layer ``step % num_layers``.
         """
-        if hidden_states.shape != (batch.num_tokens, self.config.hidden_size):
+        num_tokens = batch.input_ids.shape[0]
+        if hidden_states.shape != (num_tokens, self.config.hidden_size):
             raise ValueError(f"Qwen35MTP.forward: 'hidden_states' must be [T, H] = "
-                             f"[{batch.num_tokens}, {self.config.hidden_size}], got {tuple(hidden_states.shape)}")
+                             f"[{num_tokens}, {self.config.hidden_size}], got {tuple(hidden_states.shape)}")
         eps = self.config.rms_norm_eps
         embedded = rms_norm_zero_centred(F.embedding(batch.input_ids, self.embed), self.norm_embedding, eps)
         x = F.linear(torch.cat([embedded, rms_norm_zero_centred(hidden_states, self.norm_hidden, eps)], dim=-1),
@@ -215,7 +217,7 @@ class Qwen35MTP:
         """[S, H] -> float32 logits [S, V] through the shared lm_head."""
         return F.linear(hidden, self.lm_head).float()
 
-    def greedy_draft(self, batch: ForwardBatch, hidden_states: torch.Tensor, caches,
+    def greedy_draft(self, batch, hidden_states: torch.Tensor, caches,
                      step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """``forward`` then the argmax at ``batch.logits_indices``: (draft tokens int64 [S], hidden [T, H])."""
         hidden = self.forward(batch, hidden_states, caches, step)

@@ -220,7 +220,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_st
                                      num_accepted_tokens=None):
     return _delta_rule("fused_recurrent_gated_delta_rule", q, k, v, g, beta, scale, initial_state,
                        output_final_state, cu_seqlens, ssm_state_indices, has_initial_state,
-                       use_qk_l2norm_in_kernel, backend, num_accepted_tokens)
+                       use_qk_l2norm_in_kernel, backend, num_accepted_tokens=num_accepted_tokens)
 
 
 chunk_gated_delta_rule.__doc__ = (

@@ -7,9 +7,9 @@ import pytest
 import torch
 from checkpoints import TINY_TEXT
 from safetensors.torch import load_file, save_file
+from step_batches import prompt_batch, request_batch
 from tolerances import MODEL_VS_TRANSFORMERS, tol
 
-from qwen_ops.model.forward_batch import ForwardBatch
 from qwen_ops.model.kv_cache import ModelCaches, allocate_caches
 from qwen_ops.model.mtp import MTPWeightsError, Qwen35MTP, add_mtp_kv_caches, load_mtp_weights
 from qwen_ops.model.qwen3_5 import Qwen35ForCausalLM
@@ -68,23 +68,13 @@ def target_hidden(target, tokens):
     """The target's final-normed hidden states [T, H] of a prompt run as one prefill."""
     caches = allocate_caches(target.config, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_state_slots=1,
                              dtype=target.dtype, kv_dtype=target.dtype, device=target.device)
-    return target.forward(ForwardBatch.single_prefill(tokens, BLOCK_SIZE, target.device), caches)
+    return target.forward(prompt_batch(tokens, BLOCK_SIZE), caches)
 
 
 def mtp_caches(target, mtp):
     caches = ModelCaches(block_size=BLOCK_SIZE, num_blocks=NUM_BLOCKS, num_state_slots=1)
     add_mtp_kv_caches(caches, target.config, mtp.layer_ids, target.dtype, target.device)
     return caches
-
-
-def decode_batch(token, position, num_blocks):
-    i32 = dict(dtype=torch.int32)
-    return ForwardBatch(
-        input_ids=torch.tensor([token]), positions=torch.tensor([position]),
-        query_start_loc=torch.tensor([0, 1], **i32), seq_lens=torch.tensor([position + 1], **i32),
-        block_tables=torch.arange(1, num_blocks + 1, **i32)[None], slot_mapping=torch.tensor([BLOCK_SIZE + position]),
-        state_indices=torch.tensor([0], **i32), has_initial_state=torch.tensor([True]),
-        logits_indices=torch.tensor([0]), num_decodes=1, num_decode_tokens=1)
 
 
 def test_two_draft_steps_match_transformers_modules(mtp_checkpoint, gen):
@@ -96,7 +86,7 @@ def test_two_draft_steps_match_transformers_modules(mtp_checkpoint, gen):
     prompt = torch.randint(1, 256, (11,), generator=gen).tolist()
     h = target_hidden(target, prompt[:10])
     caches = mtp_caches(target, mtp)
-    batch0 = ForwardBatch.single_prefill(prompt[1:11], BLOCK_SIZE, target.device)
+    batch0 = prompt_batch(prompt[1:11], BLOCK_SIZE)
     drafts0, out0 = mtp.greedy_draft(batch0, h, caches, step=0)
 
     ref = HFReference(mtp_checkpoint, layer=0)
@@ -108,7 +98,8 @@ def test_two_draft_steps_match_transformers_modules(mtp_checkpoint, gen):
     assert drafts0.tolist() == want_logits.argmax(-1).tolist()
 
     d1 = int(drafts0[-1])
-    drafts1, out1 = mtp.greedy_draft(decode_batch(d1, 10, 3), out0[-1:], caches, step=1)
+    drafts1, out1 = mtp.greedy_draft(request_batch([d1], 10, BLOCK_SIZE, 3, decode=True), out0[-1:], caches,
+                                      step=1)
     want1 = ref.layer_over(torch.cat([rows0, ref.fc_input([d1], want0[-1:])]))[-1:]
     torch.testing.assert_close(out1, want1, **tol(MODEL_VS_TRANSFORMERS, torch.float32))
     assert drafts1.tolist() == torch.nn.functional.linear(want1, ref.lm_head).argmax(-1).tolist()
@@ -122,7 +113,7 @@ def test_step_selects_the_layer(two_layer_mtp_checkpoint, gen):
     h = target_hidden(target, tokens[:6])
     outs = []
     for step in (0, 1, 2, 3):
-        batch = ForwardBatch.single_prefill(tokens[1:7], BLOCK_SIZE, target.device)
+        batch = prompt_batch(tokens[1:7], BLOCK_SIZE)
         outs.append(mtp.forward(batch, h, mtp_caches(target, mtp), step=step))
     for layer in (0, 1):
         ref = HFReference(two_layer_mtp_checkpoint, layer)

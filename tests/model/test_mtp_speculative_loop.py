@@ -14,10 +14,10 @@ here; everything else is the model's own code.
 import pytest
 import torch
 import torch.nn.functional as F
+from step_batches import prompt_batch, request_batch
 
 import qwen_ops.ops as ops
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.forward_batch import ForwardBatch
 from qwen_ops.model.gdn import GatedDeltaNet
 from qwen_ops.model.kv_cache import allocate_caches
 from qwen_ops.model.layers import gated_rms_norm
@@ -66,15 +66,7 @@ def verify_forward(target, batch, caches, rows, accepted, backend):
 
 def chunk_batch(tokens, first_position, num_blocks):
     """One request's rows at positions first_position.. as a chunk over its cached context (blocks 1..)."""
-    n = len(tokens)
-    i32 = dict(dtype=torch.int32)
-    positions = torch.arange(first_position, first_position + n)
-    return ForwardBatch(
-        input_ids=torch.tensor(tokens), positions=positions, query_start_loc=torch.tensor([0, n], **i32),
-        seq_lens=torch.tensor([first_position + n], **i32),
-        block_tables=torch.arange(1, num_blocks + 1, **i32)[None], slot_mapping=positions + BLOCK_SIZE,
-        state_indices=torch.tensor([0], **i32), has_initial_state=torch.tensor([True]),
-        logits_indices=torch.arange(n), num_decodes=0, num_decode_tokens=0)
+    return request_batch(tokens, first_position, BLOCK_SIZE, num_blocks)
 
 
 def draft(mtp, caches, tokens, first_position, hidden, sample_row, k):
@@ -103,7 +95,7 @@ def speculative_greedy(path, prompt, max_new_tokens, k, backend=None, drafter=No
     rows = torch.arange(1 + k, dtype=torch.int32)[None]  # the request's 1 + k GDN state rows
     stats = SpecDecodingStats(k)
 
-    hidden = target.forward(ForwardBatch.single_prefill(prompt, BLOCK_SIZE, target.device, state_slot=0), caches)
+    hidden = target.forward(prompt_batch(prompt, BLOCK_SIZE, state_slot=0), caches)
     seq = prompt + [int(target.compute_logits(hidden[-1:]).argmax())]
     drafts = draft(mtp, caches, prompt[1:] + [seq[-1]], 0, hidden, len(prompt) - 1, k) if drafter is None \
         else drafter(seq, k)
@@ -137,7 +129,7 @@ def fresh_drafts(path, seq, k):
     caches = allocate_caches(target.config, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_state_slots=1,
                              dtype=target.dtype, kv_dtype=target.dtype, device=target.device)
     add_mtp_kv_caches(caches, target.config, mtp.layer_ids, target.dtype, target.device)
-    hidden = target.forward(ForwardBatch.single_prefill(seq[:-1], BLOCK_SIZE, target.device), caches)
+    hidden = target.forward(prompt_batch(seq[:-1], BLOCK_SIZE), caches)
     return draft(mtp, caches, seq[1:], 0, hidden, len(seq) - 2, k)
 
 
