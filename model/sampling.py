@@ -85,6 +85,34 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
 
 
+def filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution a random (temperature > 0) row draws from: float32 [S, V].
+
+    ``softmax(logits / temperature)`` after top-k then top-p, row by row;
+    logits [S, V] float32, one non-greedy ``SamplingParams`` per row.
+    """
+    vocab = logits.shape[-1]
+    temp = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=logits.device)
+    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=logits.device)
+    top_p = torch.tensor([float(p.top_p) for p in params], dtype=torch.float32, device=logits.device)
+    scaled = logits / temp[:, None]
+    if any(p.top_k > 0 or p.top_p < 1 for p in params):
+        scaled = _filter_top_k_top_p(scaled, top_k, top_p)
+    return scaled.softmax(-1)
+
+
+def draw(weights: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row of ``weights`` [S, V] (probabilities, need not sum to 1), row i with generators[i].
+
+    Exponential race: argmax(w / E) with E ~ Exp(1) draws token i with
+    probability w_i / sum(w). Each row consumes exactly V exponentials of its
+    generator. Returns int64 [S].
+    """
+    vocab = weights.shape[-1]
+    race = torch.stack([torch.empty(vocab, device=weights.device).exponential_(generator=g) for g in generators])
+    return (weights / race).argmax(dim=-1)
+
+
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]
            ) -> tuple[list[int], list[dict[int, float] | None]]:
     """Pick one token per row of ``logits`` [S, V] float32.
@@ -100,18 +128,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     random_rows = [i for i, p in enumerate(params) if not p.greedy]
     if random_rows:
         idx = torch.tensor(random_rows, device=logits.device)
-        rows = [params[i] for i in random_rows]
-        temp = torch.tensor([p.temperature for p in rows], dtype=torch.float32, device=logits.device)
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in rows], device=logits.device)
-        top_p = torch.tensor([float(p.top_p) for p in rows], dtype=torch.float32, device=logits.device)
-        scaled = logits[idx] / temp[:, None]
-        if any(p.top_k > 0 or p.top_p < 1 for p in rows):
-            scaled = _filter_top_k_top_p(scaled, top_k, top_p)
-        probs = scaled.softmax(-1)
-        # Exponential race: argmax(p / E) with E ~ Exp(1) draws token i with probability p_i.
-        race = torch.stack([torch.empty(vocab, device=logits.device).exponential_(generator=generators[i])
-                            for i in random_rows])
-        tokens[idx] = (probs / race).argmax(dim=-1)
+        probs = filtered_probs(logits[idx], [params[i] for i in random_rows])
+        tokens[idx] = draw(probs, [generators[i] for i in random_rows])
     token_list = tokens.tolist()
 
     logprobs: list[dict[int, float] | None] = [None] * s

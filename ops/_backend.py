@@ -192,7 +192,7 @@ def resolved_backend(op: str, backend: str | None, device: torch.device) -> str:
 # contiguous, which the checks enforce.
 METADATA_ARGUMENTS = frozenset({
     "block_tables", "seq_lens", "context_lens", "cu_seqlens_q", "query_start_loc", "slot_mapping",
-    "cu_seqlens", "ssm_state_indices", "has_initial_state", "cache_indices",
+    "cu_seqlens", "ssm_state_indices", "has_initial_state", "cache_indices", "num_accepted_tokens",
     "k_scale", "v_scale", "A_log", "dt_bias", "weight", "bias",
 })
 

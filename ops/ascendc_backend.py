@@ -88,10 +88,17 @@ def paged_decode_attention(*, query, key_cache, value_cache, block_tables, seq_l
         _c(k_scale), _c(v_scale), **_config())
 
 
+def _no_spec_decode(op: str, num_accepted_tokens) -> None:
+    if num_accepted_tokens is not None:
+        raise BackendError(f"{op}: backend 'ascendc' has no speculative-decoding form (num_accepted_tokens, one "
+                           "state row per token); use backend 'triton' or 'torch' for it")
+
+
 def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, output_final_state=False,
                                      cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
-                                     use_qk_l2norm_in_kernel=False):
+                                     use_qk_l2norm_in_kernel=False, num_accepted_tokens=None):
     op = "fused_recurrent_gated_delta_rule"
+    _no_spec_decode(op, num_accepted_tokens)
     if initial_state is not None:
         if ssm_state_indices is not None:
             initial_state = _in_place(op, "initial_state", initial_state)
@@ -103,8 +110,10 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=N
     return o, (final if output_final_state else None)
 
 
-def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu") -> torch.Tensor:
+def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu",
+                         query_start_loc=None, num_accepted_tokens=None) -> torch.Tensor:
     op = "causal_conv1d_update"
+    _no_spec_decode(op, num_accepted_tokens)
     if activation not in (None, "silu"):
         raise BackendError(f"{op}: backend 'ascendc' supports activation 'silu' or None, got {activation!r}")
     return _ext().ascendc_causal_conv1d_update(

@@ -98,32 +98,81 @@ def causal_conv1d_fn(x, weight, bias=None, *, conv_states, query_start_loc, cach
 UPDATE = "causal_conv1d_update"
 
 
-def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, values):
+def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, values, query_start_loc=None,
+                  num_accepted_tokens=None):
     _check_common(UPDATE, x, weight, bias, conv_states, activation)
+    if query_start_loc is not None or num_accepted_tokens is not None:
+        _check_update_spec_decode(x, conv_states, cache_indices, query_start_loc, num_accepted_tokens,
+                                  values=values)
+        return
     b = x.shape[0]
     check.tensor(UPDATE, "cache_indices", cache_indices, dtypes=check.INDEX_DTYPES, shape=(b,), layout=f"[B] = [{b}]")
     check.same_device(UPDATE, x=x, weight=weight, bias=bias, conv_states=conv_states, cache_indices=cache_indices)
     check.indices(UPDATE, "cache_indices", cache_indices, conv_states.shape[0], allow_padding=True, values=values)
 
 
+def _check_update_spec_decode(x, conv_states, cache_indices, query_start_loc, num_accepted_tokens, *, values):
+    """The speculative-decoding form: x [T, C] packed by query_start_loc [N+1], cache_indices [N, W]."""
+    if query_start_loc is None or num_accepted_tokens is None:
+        raise ValueError(f"{UPDATE}: speculative decoding needs both 'query_start_loc' [N+1] and "
+                         "'num_accepted_tokens' [N] (with 'cache_indices' [N, 1 + k])")
+    check.tensor(UPDATE, "query_start_loc", query_start_loc, dtypes=check.INDEX_DTYPES, ndim=1, layout="[N+1]")
+    n = query_start_loc.shape[0] - 1
+    check.cumulative(UPDATE, "query_start_loc", query_start_loc, x.shape[0], values=values)
+    check.tensor(UPDATE, "cache_indices", cache_indices, dtypes=check.INDEX_DTYPES, shape=(n, None),
+                 layout=f"[N, 1 + k] = [{n}, W] (a state row per token of the step)")
+    width = cache_indices.shape[1]
+    if width < 1:
+        raise ValueError(f"{UPDATE}: argument 'cache_indices' must have W = 1 + k >= 1 columns, got "
+                         f"{tuple(cache_indices.shape)}")
+    check.tensor(UPDATE, "num_accepted_tokens", num_accepted_tokens, dtypes=check.INDEX_DTYPES, shape=(n,),
+                 layout=f"[N] = [{n}]")
+    check.same_device(UPDATE, x=x, conv_states=conv_states, cache_indices=cache_indices,
+                      query_start_loc=query_start_loc, num_accepted_tokens=num_accepted_tokens)
+    check.indices(UPDATE, "cache_indices", cache_indices, conv_states.shape[0], allow_padding=True, values=values)
+    if not values or n == 0:
+        return
+    accepted = num_accepted_tokens.to(torch.int64)
+    if int(accepted.min()) < 1 or int(accepted.max()) > width:
+        raise ValueError(f"{UPDATE}: argument 'num_accepted_tokens' must be in [1, {width}] (1 + k state rows per "
+                         f"sequence), got {accepted.tolist()}")
+    lengths = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
+    if int(lengths.max()) > width:
+        raise ValueError(f"{UPDATE}: a sequence has {int(lengths.max())} tokens but 'cache_indices' has only "
+                         f"{width} state rows per sequence (one per token)")
+    rows = cache_indices.to(torch.int64)
+    padding = (rows < 0).all(dim=1)
+    column = torch.arange(width, device=rows.device)[None, :]
+    used = (column < lengths[:, None]) | (column == accepted[:, None] - 1)
+    if bool(((rows < 0) & used & ~padding[:, None]).any()):
+        raise ValueError(f"{UPDATE}: argument 'cache_indices' has -1 where a sequence reads its state (column "
+                         "num_accepted_tokens - 1) or writes one (its first L columns); only a row of all -1 is "
+                         "padding")
+
+
 @custom_op(UPDATE, mutates_args=("conv_states",))
 def _update_op(x: torch.Tensor, conv_states: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-               cache_indices: torch.Tensor, activation: Optional[str], backend: Optional[str]) -> torch.Tensor:
-    _check_update(x, conv_states, weight, bias, cache_indices, activation,
-                  values=check.values_checked(x.device))
+               cache_indices: torch.Tensor, activation: Optional[str], backend: Optional[str],
+               query_start_loc: Optional[torch.Tensor] = None,
+               num_accepted_tokens: Optional[torch.Tensor] = None) -> torch.Tensor:
+    _check_update(x, conv_states, weight, bias, cache_indices, activation, values=check.values_checked(x.device),
+                  query_start_loc=query_start_loc, num_accepted_tokens=num_accepted_tokens)
     return dispatch(UPDATE, backend, x.device, x=x, conv_states=conv_states, weight=weight, bias=bias,
-                    cache_indices=cache_indices, activation=activation)
+                    cache_indices=cache_indices, activation=activation, query_start_loc=query_start_loc,
+                    num_accepted_tokens=num_accepted_tokens)
 
 
 @_update_op.register_fake
-def _update_fake(x, conv_states, weight, bias, cache_indices, activation, backend):
-    _check_update(x, conv_states, weight, bias, cache_indices, activation, values=False)
+def _update_fake(x, conv_states, weight, bias, cache_indices, activation, backend, query_start_loc=None,
+                 num_accepted_tokens=None):
+    _check_update(x, conv_states, weight, bias, cache_indices, activation, values=False,
+                  query_start_loc=query_start_loc, num_accepted_tokens=num_accepted_tokens)
     return torch.empty_like(x)
 
 
 def causal_conv1d_update(x, conv_states, weight, bias=None, *, cache_indices, activation="silu",
-                         backend: str | None = None) -> torch.Tensor:
-    """One-token step of the causal convolution for B sequences.
+                         backend: str | None = None, query_start_loc=None, num_accepted_tokens=None) -> torch.Tensor:
+    """One-token step of the causal convolution for B sequences (or a few tokens each, speculative decoding).
 
     Args:
         x: [B, C] float, one new input per sequence.
@@ -133,7 +182,20 @@ def causal_conv1d_update(x, conv_states, weight, bias=None, *, cache_indices, ac
         weight: [C, K]; bias: [C] or None.
         cache_indices: [B] int32/int64; -1 marks padding (output zeros, no write).
         activation: "silu" or None.
+        query_start_loc, num_accepted_tokens: speculative decoding, given
+            together (the state rule of the GDN layers' spec-decode metadata,
+            applied to the conv state): x is [T, C] with N sequences of
+            L_r <= W tokens packed by query_start_loc [N+1]; cache_indices is
+            [N, W = 1 + k], one state row per token of the step;
+            num_accepted_tokens [N] in [1, W]. Sequence r's window starts from
+            ``conv_states[cache_indices[r, num_accepted_tokens[r] - 1]]`` and
+            the K-1 inputs ending at its t-th token are written to
+            ``conv_states[cache_indices[r, t]]``. A row of all -1 is padding
+            (zero outputs, no write). Not served by the ascendc backend. (vLLM
+            keeps one wider conv state per request instead and slides it by
+            num_accepted_tokens - 1; this form shares the GDN state's rows.)
     Returns:
-        [B, C] in x's dtype.
+        [B, C] (or [T, C]) in x's dtype.
     """
-    return torch.ops.qwen_ops.causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation, backend)
+    return torch.ops.qwen_ops.causal_conv1d_update(x, conv_states, weight, bias, cache_indices, activation, backend,
+                                                   query_start_loc, num_accepted_tokens)

@@ -59,8 +59,17 @@ def causal_conv1d_fn(*, x, weight, bias, conv_states, query_start_loc, cache_ind
     return out
 
 
-def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activation):
-    """x [B, C], one new input per sequence; conv_states [S, K-1, C] shifted in place. Returns [B, C] in x's dtype."""
+def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activation, query_start_loc=None,
+                         num_accepted_tokens=None):
+    """x [B, C], one new input per sequence; conv_states [S, K-1, C] shifted in place. Returns [B, C] in x's dtype.
+
+    With ``num_accepted_tokens`` the speculative-decoding form (``causal_conv1d_update_spec_decode``).
+    """
+    if num_accepted_tokens is not None:
+        return causal_conv1d_update_spec_decode(x=x, conv_states=conv_states, weight=weight, bias=bias,
+                                                cache_indices=cache_indices, activation=activation,
+                                                query_start_loc=query_start_loc,
+                                                num_accepted_tokens=num_accepted_tokens)
     out = torch.zeros_like(x)
     valid = (cache_indices >= 0).nonzero().squeeze(-1)
     if valid.numel() == 0:
@@ -70,4 +79,27 @@ def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activat
     y = _convolve(history, weight, bias).squeeze(1)  # one window per sequence
     out[valid] = _activate(y, activation).to(x.dtype)
     conv_states[slots] = history[:, 1:].to(conv_states.dtype)
+    return out
+
+
+def causal_conv1d_update_spec_decode(*, x, conv_states, weight, bias, cache_indices, activation, query_start_loc,
+                                     num_accepted_tokens):
+    """x [T, C] packed by query_start_loc [N+1]; cache_indices [N, W]: one state row per token.
+
+    Sequence r starts from row ``cache_indices[r, num_accepted_tokens[r] - 1]``;
+    the K-1 inputs ending at its t-th token go to row ``cache_indices[r, t]``.
+    A row of all -1 is padding. Returns [T, C] in x's dtype.
+    """
+    context = weight.shape[1] - 1
+    out = torch.zeros_like(x)
+    offsets = query_start_loc.tolist()
+    for r, (rows, accepted) in enumerate(zip(cache_indices.tolist(), num_accepted_tokens.tolist())):
+        if all(row < 0 for row in rows):
+            continue  # padding
+        start, end = offsets[r], offsets[r + 1]
+        history = torch.cat([conv_states[rows[accepted - 1]].to(F32), x[start:end].to(F32)])  # [K-1 + L, C]
+        if end > start:
+            out[start:end] = _activate(_convolve(history, weight, bias), activation).to(x.dtype)
+        for t in range(end - start):
+            conv_states[rows[t]] = history[t + 1: t + 1 + context].to(conv_states.dtype)
     return out

@@ -102,6 +102,31 @@ def _update_fixed(**_shape) -> dict:
     return {"BLOCK_C": 256}
 
 
+@triton.jit
+def _update_step(read_state, write_state, x_t, weight, bias, chans, chan_ok, valid, C, stride_w_c, stride_w_k,
+                 KW: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One token: returns ``act(sum_j old[j] w[j] + x_t w[K-1] + bias)`` (zero where not ``valid``) and
+    writes the window shifted by one, ``[old[1:], x_t]``, to ``write_state`` (which may be ``read_state``)."""
+    state_rows: tl.constexpr = KW - 1
+    j = tl.arange(0, BLOCK_K)
+    tile_ok = (j < state_rows)[:, None] & chan_ok[None, :]
+    old = tl.load(read_state + j[:, None] * C + chans[None, :], mask=and_flag(tile_ok, valid), other=0.0)
+    w_old = tl.load(weight + chans[None, :] * stride_w_c + j[:, None] * stride_w_k, mask=tile_ok, other=0.0)
+    w_new = tl.load(weight + chans * stride_w_c + state_rows * stride_w_k, mask=chan_ok, other=0.0)
+    acc = tl.sum(old.to(tl.float32) * w_old.to(tl.float32), axis=0) + x_t.to(tl.float32) * w_new.to(tl.float32)
+    if HAS_BIAS:
+        acc += tl.load(bias + chans, mask=chan_ok, other=0.0).to(tl.float32)
+    y = tl.where(valid, _activate(acc, SILU), 0.0)
+    # Shift the window by one: row j takes old row j + 1, the last row takes x.
+    shifted = tl.load(read_state + (j + 1)[:, None] * C + chans[None, :],
+                      mask=and_flag(tile_ok & (j + 1 < state_rows)[:, None], valid), other=0.0)
+    new_state = tl.where((j == state_rows - 1)[:, None], x_t.to(write_state.dtype.element_ty)[None, :], shifted)
+    tl.debug_barrier()  # the shifted reads of this row complete before it is overwritten
+    tl.store(write_state + j[:, None] * C + chans[None, :], new_state, mask=and_flag(tile_ok, valid))
+    tl.debug_barrier()  # and the write completes before the next token of the program reads it back
+    return y
+
+
 @configured(
     fixed=_update_fixed,
     cuda_configs=[{"BLOCK_C": bc, "num_warps": w} for bc in (128, 256, 512) for w in (2, 4)],
@@ -117,30 +142,53 @@ def _causal_conv1d_update_kernel(
 ):
     n_cblocks = tl.cdiv(C, BLOCK_C)
     state_rows: tl.constexpr = KW - 1
-    j = tl.arange(0, BLOCK_K)
     for item in tl.range(tl.program_id(0), batch * n_cblocks, tl.num_programs(0)):
         b = item // n_cblocks
         chans = (item % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
         chan_ok = chans < C
         slot = tl.load(cache_indices + b).to(tl.int64)
-        valid = slot >= 0
         state = conv_states + slot * (state_rows * C)
-        tile_ok = (j < state_rows)[:, None] & chan_ok[None, :]
-        old = tl.load(state + j[:, None] * C + chans[None, :], mask=and_flag(tile_ok, valid), other=0.0)
         x_b = tl.load(x + tl.cast(b, tl.int64) * stride_x_b + chans, mask=chan_ok, other=0.0)
-        w_old = tl.load(weight + chans[None, :] * stride_w_c + j[:, None] * stride_w_k, mask=tile_ok, other=0.0)
-        w_new = tl.load(weight + chans * stride_w_c + state_rows * stride_w_k, mask=chan_ok, other=0.0)
-        acc = tl.sum(old.to(tl.float32) * w_old.to(tl.float32), axis=0) + x_b.to(tl.float32) * w_new.to(tl.float32)
-        if HAS_BIAS:
-            acc += tl.load(bias + chans, mask=chan_ok, other=0.0).to(tl.float32)
-        y = tl.where(valid, _activate(acc, SILU), 0.0)
+        y = _update_step(state, state, x_b, weight, bias, chans, chan_ok, slot >= 0, C, stride_w_c, stride_w_k,
+                         KW, HAS_BIAS, SILU, BLOCK_K)
         tl.store(out + tl.cast(b, tl.int64) * C + chans, y.to(out.dtype.element_ty), mask=chan_ok)
-        # Shift the window by one: row j takes old row j + 1, the last row takes x.
-        shifted = tl.load(state + (j + 1)[:, None] * C + chans[None, :],
-                          mask=and_flag(tile_ok & (j + 1 < state_rows)[:, None], valid), other=0.0)
-        new_state = tl.where((j == state_rows - 1)[:, None], x_b.to(conv_states.dtype.element_ty)[None, :], shifted)
-        tl.debug_barrier()  # the shifted reads of this row complete before it is overwritten
-        tl.store(state + j[:, None] * C + chans[None, :], new_state, mask=and_flag(tile_ok, valid))
+
+
+@configured(
+    fixed=_update_fixed,
+    cuda_configs=[{"BLOCK_C": bc, "num_warps": w} for bc in (128, 256, 512) for w in (2, 4)],
+    key=["C", "KW"],
+    restore_value=["conv_states"],
+)
+@triton.jit
+def _causal_conv1d_update_spec_decode_kernel(
+    x, weight, bias, conv_states, query_start_loc, token_rows, num_accepted, out,
+    C, n_seqs, width, stride_x_t, stride_w_c, stride_w_k,
+    KW: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """Speculative decoding: token t of a sequence reads the window the previous token wrote (the first token
+    the row of column num_accepted - 1) and writes its own to its column's row: a chain inside one program."""
+    n_cblocks = tl.cdiv(C, BLOCK_C)
+    state_rows: tl.constexpr = KW - 1
+    for item in tl.range(tl.program_id(0), n_seqs * n_cblocks, tl.num_programs(0)):
+        seq = item // n_cblocks
+        chans = (item % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+        chan_ok = chans < C
+        rows = token_rows + tl.cast(seq, tl.int64) * width
+        # Validated: a real sequence reads a valid row; a padding row is all -1.
+        previous = tl.load(rows + tl.load(num_accepted + seq).to(tl.int64) - 1).to(tl.int64)
+        valid = previous >= 0
+        bos = tl.load(query_start_loc + seq).to(tl.int64)
+        eos = tl.load(query_start_loc + seq + 1).to(tl.int64)
+        for t in tl.range(bos, eos):
+            row = tl.load(rows + (t - bos)).to(tl.int64)
+            x_t = tl.load(x + t * stride_x_t + chans, mask=chan_ok, other=0.0)
+            y = _update_step(conv_states + previous * (state_rows * C), conv_states + row * (state_rows * C), x_t,
+                             weight, bias, chans, chan_ok, valid, C, stride_w_c, stride_w_k, KW, HAS_BIAS, SILU,
+                             BLOCK_K)
+            tl.store(out + t * C + chans, y.to(out.dtype.element_ty), mask=chan_ok)
+            previous = row
 
 
 def _common(weight, bias):
@@ -176,17 +224,23 @@ def causal_conv1d_fn(*, x, weight, bias, conv_states, query_start_loc, cache_ind
     return out
 
 
-def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activation):
+def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activation, query_start_loc=None,
+                         num_accepted_tokens=None):
     """Triton ``causal_conv1d_update``; arguments as validated by ``ops/conv/op.py``.
 
     x: [B, C]; conv_states: contiguous [S, K-1, C] pool, shifted in place;
     weight: [C, K]; bias: [C] or None; cache_indices: [B] (-1: output zeros,
-    no write). Returns [B, C] in x's dtype.
+    no write). Returns [B, C] in x's dtype. With ``num_accepted_tokens`` [N]:
+    x [T, C] packed by query_start_loc [N+1], cache_indices [N, W], one state
+    row per token (the op's docstring).
     """
     bsz, c = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
     out = torch.empty((bsz, c), dtype=x.dtype, device=x.device)
+    if num_accepted_tokens is not None:
+        return _update_spec_decode(x, conv_states, weight, bias, cache_indices, activation, query_start_loc,
+                                   num_accepted_tokens, out)
     if bsz == 0:
         return out
     bias_arg, flags = _common(weight, bias)
@@ -194,6 +248,21 @@ def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activat
         x.device, bsz * triton.cdiv(c, 128),
         x, weight, bias_arg, conv_states, cache_indices, out,
         c, bsz, x.stride(0), weight.stride(0), weight.stride(1),
+        SILU=activation == "silu", **flags,
+    )
+    return out
+
+
+def _update_spec_decode(x, conv_states, weight, bias, token_rows, activation, query_start_loc, num_accepted_tokens,
+                        out):
+    n, c = token_rows.shape[0], x.shape[1]
+    if n == 0:
+        return out
+    bias_arg, flags = _common(weight, bias)
+    _causal_conv1d_update_spec_decode_kernel.launch(
+        x.device, n * triton.cdiv(c, 128),
+        x, weight, bias_arg, conv_states, query_start_loc, token_rows, num_accepted_tokens, out,
+        c, n, token_rows.shape[1], x.stride(0), weight.stride(0), weight.stride(1),
         SILU=activation == "silu", **flags,
     )
     return out

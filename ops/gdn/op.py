@@ -4,7 +4,9 @@ Shapes: q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv]; Hv % Hk == 0
 and value head h reads key head h // (Hv / Hk). With ``cu_seqlens`` [N+1],
 B == 1 and the N sequences are packed along T; otherwise N == B. States are
 float32 [N, Hv, Dk, Dv]; with ``ssm_state_indices`` [N] the initial state is a
-pool [S, Hv, Dk, Dv] updated in place.
+pool [S, Hv, Dk, Dv] updated in place. ``fused_recurrent_gated_delta_rule``
+also has a speculative-decoding form (``num_accepted_tokens`` with 2-D
+``ssm_state_indices`` [N, 1 + k]: one pool row per token of the step).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ F32 = (torch.float32,)
 
 
 def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-                      has_initial_state, chunk_indices=None, chunk_offsets=None, *, values):
+                      has_initial_state, chunk_indices=None, chunk_offsets=None, *, values,
+                      num_accepted_tokens=None):
     check.tensor(op, "q", q, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hk, Dk]")
     b, t, hk, dk = q.shape
     check.nonempty_dim(op, "q", q, 3, "key head dim Dk")  # the default scale is Dk ** -0.5
@@ -40,15 +43,22 @@ def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, c
             raise ValueError(f"{op}: with 'cu_seqlens' the batch size B of 'q' must be 1, got {b}")
         n = cu_seqlens.shape[0] - 1
         check.cumulative(op, "cu_seqlens", cu_seqlens, t, values=values)
-    if ssm_state_indices is not None:
+    spec_decode = num_accepted_tokens is not None or (isinstance(ssm_state_indices, torch.Tensor)
+                                                      and ssm_state_indices.dim() == 2)
+    if spec_decode:
+        _check_spec_decode(op, t, n, cu_seqlens, ssm_state_indices, num_accepted_tokens)
+    elif ssm_state_indices is not None:
         check.tensor(op, "ssm_state_indices", ssm_state_indices, dtypes=check.INDEX_DTYPES, shape=(n,),
                      layout=f"[N] = [{n}]")
+    if ssm_state_indices is not None:
         if initial_state is None:
             raise ValueError(f"{op}: 'ssm_state_indices' needs 'initial_state', the state pool [S, Hv, Dk, Dv]")
         check.tensor(op, "initial_state", initial_state, dtypes=F32, shape=(None, hv, dk, dv),
                      layout=f"[S, Hv, Dk, Dv] = [S, {hv}, {dk}, {dv}] float32 (a state pool)")
         check.indices(op, "ssm_state_indices", ssm_state_indices, initial_state.shape[0], allow_padding=True,
                       values=values)
+        if spec_decode:
+            _check_spec_decode_rows(op, t, cu_seqlens, ssm_state_indices, num_accepted_tokens, values=values)
     elif initial_state is not None:
         check.tensor(op, "initial_state", initial_state, dtypes=F32, shape=(n, hv, dk, dv),
                      layout=f"[N, Hv, Dk, Dv] = [{n}, {hv}, {dk}, {dv}] float32")
@@ -60,7 +70,8 @@ def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, c
     if initial_state is not None and not initial_state.is_contiguous():
         raise ValueError(f"{op}: argument 'initial_state' must be contiguous")
     check.same_device(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                      ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state)
+                      ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                      num_accepted_tokens=num_accepted_tokens)
     _check_chunk_table(op, q, cu_seqlens, n, t, chunk_indices, chunk_offsets, values=values)
     return n, hv, dk, dv
 
@@ -87,8 +98,59 @@ def _check_chunk_table(op, q, cu_seqlens, n, t, chunk_indices, chunk_offsets, *,
                          "of these sequences")
 
 
+SPEC_DECODE_OP = "fused_recurrent_gated_delta_rule"
+
+
+def _check_spec_decode(op, t, n, cu_seqlens, ssm_state_indices, num_accepted_tokens):
+    """Shapes of the speculative-decoding form: indices [N, W], num_accepted_tokens [N] (both needed)."""
+    if op != SPEC_DECODE_OP:
+        raise ValueError(f"{op}: 'num_accepted_tokens' and 2-D 'ssm_state_indices' (speculative decoding) are "
+                         f"taken by {SPEC_DECODE_OP} only")
+    if ssm_state_indices is None or num_accepted_tokens is None:
+        raise ValueError(f"{op}: speculative decoding needs both 'ssm_state_indices' [N, 1 + k] (a pool row per "
+                         "token of the step) and 'num_accepted_tokens' [N]")
+    check.tensor(op, "ssm_state_indices", ssm_state_indices, dtypes=check.INDEX_DTYPES, shape=(n, None),
+                 layout=f"[N, 1 + k] = [{n}, W]")
+    if ssm_state_indices.shape[1] < 1:
+        raise ValueError(f"{op}: argument 'ssm_state_indices' must have W = 1 + k >= 1 columns, got "
+                         f"{tuple(ssm_state_indices.shape)}")
+    check.tensor(op, "num_accepted_tokens", num_accepted_tokens, dtypes=check.INDEX_DTYPES, shape=(n,),
+                 layout=f"[N] = [{n}]")
+    if cu_seqlens is None and t > ssm_state_indices.shape[1]:
+        raise ValueError(f"{op}: each sequence has T = {t} tokens but 'ssm_state_indices' has only "
+                         f"{ssm_state_indices.shape[1]} pool rows per sequence (one per token)")
+
+
+def _check_spec_decode_rows(op, t, cu_seqlens, ssm_state_indices, num_accepted_tokens, *, values):
+    """Values of the speculative-decoding form: each real row reads and writes valid pool rows."""
+    if not values or ssm_state_indices.shape[0] == 0:
+        return
+    width = ssm_state_indices.shape[1]
+    accepted = num_accepted_tokens.to(torch.int64)
+    if int(accepted.min()) < 1 or int(accepted.max()) > width:
+        raise ValueError(f"{op}: argument 'num_accepted_tokens' must be in [1, {width}] (1 + k pool rows per "
+                         f"sequence), got {accepted.tolist()}")
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64) if cu_seqlens is not None else \
+        torch.full_like(accepted, t)
+    if int(lengths.max()) > width:
+        raise ValueError(f"{op}: a sequence has {int(lengths.max())} tokens but 'ssm_state_indices' has only "
+                         f"{width} pool rows per sequence (one per token)")
+    rows = ssm_state_indices.to(torch.int64)
+    padding = (rows < 0).all(dim=1)
+    column = torch.arange(width, device=rows.device)[None, :]
+    used = (column < lengths[:, None]) | (column == accepted[:, None] - 1)
+    if bool(((rows < 0) & used & ~padding[:, None]).any()):
+        raise ValueError(f"{op}: argument 'ssm_state_indices' has -1 where a sequence reads its state (column "
+                         "num_accepted_tokens - 1) or writes one (its first L columns); only a row of all -1 is "
+                         "padding")
+
+
 def _register_delta_rule(name: str):
-    """Both delta-rule ops share one signature; register one of them."""
+    """Both delta-rule ops share one signature; register one of them.
+
+    ``num_accepted_tokens`` (speculative decoding) reaches the backends of
+    ``fused_recurrent_gated_delta_rule`` only; the chunked op refuses it.
+    """
 
     @custom_op(name, mutates_args=("initial_state",))
     def _op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -96,25 +158,28 @@ def _register_delta_rule(name: str):
             cu_seqlens: Optional[torch.Tensor], ssm_state_indices: Optional[torch.Tensor],
             has_initial_state: Optional[torch.Tensor], use_qk_l2norm_in_kernel: bool,
             backend: Optional[str], chunk_indices: Optional[torch.Tensor] = None,
-            chunk_offsets: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+            chunk_offsets: Optional[torch.Tensor] = None,
+            num_accepted_tokens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
                           ssm_state_indices, has_initial_state, chunk_indices, chunk_offsets,
-                          values=check.values_checked(q.device))
+                          values=check.values_checked(q.device), num_accepted_tokens=num_accepted_tokens)
+        spec = {"num_accepted_tokens": num_accepted_tokens} if name == SPEC_DECODE_OP else {}
         o, final = dispatch(name, backend, q.device, q=q, k=k, v=v, g=g, beta=beta,
                             scale=resolved_scale(name, scale, q.shape[-1]), initial_state=initial_state,
                             output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                             ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
                             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                            derived=dict(chunk_indices=chunk_indices, chunk_offsets=chunk_offsets))
+                            derived=dict(chunk_indices=chunk_indices, chunk_offsets=chunk_offsets), **spec)
         # custom ops cannot return None: an empty tensor stands for "no final state".
         return o, (final if final is not None else q.new_empty(0, dtype=torch.float32))
 
     @_op.register_fake
     def _fake(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-              has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None):
+              has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None,
+              num_accepted_tokens=None):
         n, hv, dk, dv = _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
                                           ssm_state_indices, has_initial_state, chunk_indices, chunk_offsets,
-                                          values=False)
+                                          values=False, num_accepted_tokens=num_accepted_tokens)
         shape = (n, hv, dk, dv) if output_final_state else (0,)
         return v.new_empty(v.shape), q.new_empty(shape, dtype=torch.float32)
 
@@ -143,7 +208,7 @@ _DELTA_RULE_DOC = """
             in place. -1 marks padding: skipped, its outputs (and its
             final_state row, if requested) are zeros, nothing is written.
         has_initial_state: [N] bool; False rows start from zeros.
-        use_qk_l2norm_in_kernel: divide q and k by ``sqrt(sum(x^2) + 1e-6)`` first.
+        use_qk_l2norm_in_kernel: divide q and k by ``sqrt(sum(x^2) + 1e-6)`` first.{spec}
         chunk_indices, chunk_offsets (``chunk_gated_delta_rule`` only): the
             chunk table ``prepare_chunk_indices(cu_seqlens)`` (int32 [C, 2] and
             [N+1]), built once per step by an engine; built here when None.
@@ -153,11 +218,26 @@ _DELTA_RULE_DOC = """
     """
 
 
+_SPEC_DECODE_DOC = """
+        num_accepted_tokens: [N] int32/int64, speculative decoding (vLLM's
+            spec-decode GDN metadata). Then ``ssm_state_indices`` is
+            [N, W = 1 + k] and holds one pool row per token of the step:
+            sequence r (L_r <= W tokens) starts from pool row
+            ``ssm_state_indices[r, num_accepted_tokens[r] - 1]`` (the state
+            after the last token the previous step accepted) and the state
+            after its t-th token is written to ``ssm_state_indices[r, t]``, so
+            no rollback is ever needed. 1 <= num_accepted_tokens <= W; a row of
+            all -1 is padding; a real row needs valid rows where it reads and
+            writes. Not served by the ascendc backend (BackendError)."""
+
+
 def _delta_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-                has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None):
+                has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None,
+                num_accepted_tokens=None):
     op = getattr(torch.ops.qwen_ops, name)
     o, final = op(q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens, ssm_state_indices,
-                  has_initial_state, bool(use_qk_l2norm_in_kernel), backend, chunk_indices, chunk_offsets)
+                  has_initial_state, bool(use_qk_l2norm_in_kernel), backend, chunk_indices, chunk_offsets,
+                  num_accepted_tokens)
     return o, (final if output_final_state else None)
 
 
@@ -172,18 +252,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
                                      cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
-                                     use_qk_l2norm_in_kernel=False, backend: str | None = None):
+                                     use_qk_l2norm_in_kernel=False, backend: str | None = None,
+                                     num_accepted_tokens=None):
     return _delta_rule("fused_recurrent_gated_delta_rule", q, k, v, g, beta, scale, initial_state,
                        output_final_state, cu_seqlens, ssm_state_indices, has_initial_state,
-                       use_qk_l2norm_in_kernel, backend)
+                       use_qk_l2norm_in_kernel, backend, num_accepted_tokens=num_accepted_tokens)
 
 
 chunk_gated_delta_rule.__doc__ = (
     "Gated delta rule over whole sequences, computed chunk by chunk (chunk size 64)."
-    " Compatible with flash-linear-attention's function of the same name." + _DELTA_RULE_DOC)
+    " Compatible with flash-linear-attention's function of the same name." + _DELTA_RULE_DOC.format(spec=""))
 fused_recurrent_gated_delta_rule.__doc__ = (
     "Gated delta rule computed token by token; with ``ssm_state_indices`` it is the"
-    " decode update engines call every step." + _DELTA_RULE_DOC)
+    " decode update engines call every step." + _DELTA_RULE_DOC.format(spec=_SPEC_DECODE_DOC))
 
 
 # ----------------------------------------------------------------------------- gating

@@ -41,7 +41,8 @@ def sequence_spans(batch: int, tokens: int, cu_seqlens: Optional[torch.Tensor]) 
 
 
 def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initial_state, output_final_state,
-                     cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+                     cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel,
+                     num_accepted_tokens=None):
     """Apply ``sequence_fn`` to each sequence with the right initial state; see the op's docstring.
 
     Keyword arguments are the public op's, validated by it: q, k [B, T, Hk, Dk];
@@ -53,6 +54,11 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
     skipped (outputs zeros, final state zeros, nothing written). In pool mode
     the final state of every other sequence is written back to its row in
     place; a plain ``initial_state`` is never modified.
+
+    Speculative decoding (``num_accepted_tokens`` [N], ``ssm_state_indices``
+    [N, W]): sequence r starts from pool row ``ssm_state_indices[r, a_r - 1]``
+    (a_r = num_accepted_tokens[r]) and the state after its t-th token is
+    written to ``ssm_state_indices[r, t]``; a row of all -1 is padding.
 
     Returns ``(o [B, T, Hv, Dv] in v's dtype, final_state float32 [N, Hv, Dk, Dv] or None)``.
     """
@@ -70,6 +76,11 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
 
     spans = sequence_spans(batch, tokens, cu_seqlens)
     slots = None if ssm_state_indices is None else ssm_state_indices.tolist()
+    per_token = None  # speculative decoding: the pool row of each token's state
+    if num_accepted_tokens is not None:
+        per_token = slots
+        slots = [-1 if all(s < 0 for s in row) else row[a - 1]
+                 for row, a in zip(per_token, num_accepted_tokens.tolist())]
     starts_from_state = None if has_initial_state is None else has_initial_state.tolist()
 
     o = torch.zeros(batch, tokens, num_v_heads, dv, dtype=torch.float32, device=v.device)
@@ -83,10 +94,16 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
             state = initial_state[row].clone()
         else:
             state = torch.zeros(num_v_heads, dk, dv, dtype=torch.float32, device=v.device)
-        if end > start:
+        if per_token is not None:
+            # One token at a time, keeping the state after each in its own pool row.
+            for t in range(start, end):
+                o[b, t:t + 1], state = sequence_fn(q[b, t:t + 1], k[b, t:t + 1], v[b, t:t + 1],
+                                                   g[b, t:t + 1], beta[b, t:t + 1], state)
+                initial_state[per_token[r][t - start]] = state
+        elif end > start:
             o[b, start:end], state = sequence_fn(q[b, start:end], k[b, start:end], v[b, start:end],
                                                  g[b, start:end], beta[b, start:end], state)
-        if slots is not None:
+        if slots is not None and per_token is None:
             initial_state[row] = state
         if final is not None:
             final[r] = state

@@ -11,7 +11,10 @@ table (``StatePlan``) so the kernels need no branches on the calling mode:
 * ``write_rows[r]``: in pool mode the pool row that receives the final
   state, -1 marking a padding sequence that the kernels skip entirely (its
   outputs stay zero and nothing is written); otherwise r (never negative);
-* ``final``: float32 [N, Hv, Dk, Dv] for ``output_final_state``, else None.
+* ``final``: float32 [N, Hv, Dk, Dv] for ``output_final_state``, else None;
+* ``token_rows``: speculative decoding only, int32 [N, W]: the pool row that
+  receives the state after each token (``read_rows`` then holds the row of
+  column ``num_accepted_tokens - 1``; ``write_rows`` only marks padding).
 """
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ class StatePlan:
     write_rows: torch.Tensor  # int32 [N]; pool rows to write (-1: padding), or arange(N) without a pool
     pool: bool
     final: torch.Tensor | None  # float32 [N, Hv, Dk, Dv]
+    token_rows: torch.Tensor | None = None  # int32 [N, W], speculative decoding: pool row after each token
 
     @property
     def final_arg(self) -> torch.Tensor:
@@ -71,10 +75,17 @@ class StatePlan:
 
 
 def plan_states(*, initial_state, ssm_state_indices, has_initial_state, output_final_state, n, hv, dk, dv,
-                device) -> StatePlan:
-    """Resolve the calling mode (fresh, per-sequence initial states, pool) into row tables."""
-    pool = ssm_state_indices is not None
-    if pool:
+                device, num_accepted_tokens=None) -> StatePlan:
+    """Resolve the calling mode (fresh, per-sequence initial states, pool, speculative decoding) into row tables."""
+    token_rows = None
+    pool = ssm_state_indices is not None and num_accepted_tokens is None
+    if num_accepted_tokens is not None:
+        token_rows = ssm_state_indices.to(torch.int32).contiguous()
+        read = token_rows.gather(1, (num_accepted_tokens.to(torch.int64) - 1)[:, None])[:, 0]
+        # Only a row of all -1 is padding (validated); real rows are numbered, as without a pool.
+        padding = (token_rows < 0).all(dim=1)
+        write = torch.where(padding, -1, torch.arange(n, dtype=torch.int32, device=device)).to(torch.int32)
+    elif pool:
         rows = ssm_state_indices.to(torch.int32)
         read = rows
         write = rows
@@ -88,9 +99,9 @@ def plan_states(*, initial_state, ssm_state_indices, has_initial_state, output_f
     final = None
     if output_final_state:
         # Padding sequences of a pool are skipped: their final state stays zero.
-        alloc = torch.zeros if pool else torch.empty
+        alloc = torch.zeros if pool or token_rows is not None else torch.empty
         final = alloc((n, hv, dk, dv), dtype=torch.float32, device=device)
-    return StatePlan(state_in, read.contiguous(), write.contiguous(), pool, final)
+    return StatePlan(state_in, read.contiguous(), write.contiguous(), pool, final, token_rows)
 
 
 def output_buffer(v_rows: torch.Tensor, pool: bool) -> torch.Tensor:
@@ -100,7 +111,7 @@ def output_buffer(v_rows: torch.Tensor, pool: bool) -> torch.Tensor:
 
 
 def prepare_launch(q, k, v, g, beta, *, cu_seqlens, initial_state, ssm_state_indices, has_initial_state,
-                   output_final_state) -> tuple[Rows, StatePlan, torch.Tensor]:
+                   output_final_state, num_accepted_tokens=None) -> tuple[Rows, StatePlan, torch.Tensor]:
     """The host-side work both kernels do before launching, on the validated op arguments.
 
     Returns (rows: the inputs as token-major ``Rows``, plan: the ``StatePlan``,
@@ -109,8 +120,9 @@ def prepare_launch(q, k, v, g, beta, *, cu_seqlens, initial_state, ssm_state_ind
     rows = flatten(q, k, v, g, beta, cu_seqlens)
     plan = plan_states(initial_state=initial_state, ssm_state_indices=ssm_state_indices,
                        has_initial_state=has_initial_state, output_final_state=output_final_state,
-                       n=rows.n_seqs, hv=v.shape[2], dk=q.shape[3], dv=v.shape[3], device=q.device)
-    return rows, plan, output_buffer(rows.v, plan.pool)
+                       n=rows.n_seqs, hv=v.shape[2], dk=q.shape[3], dv=v.shape[3], device=q.device,
+                       num_accepted_tokens=num_accepted_tokens)
+    return rows, plan, output_buffer(rows.v, plan.pool or plan.token_rows is not None)
 
 
 def tile(dim: int) -> int:

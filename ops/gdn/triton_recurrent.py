@@ -9,6 +9,9 @@ in place, and/or into the returned final states). Per token, in float32:
 Reading and writing the pool row happen in the same program on the same tile
 (each stored element depends on the element loaded from that address), and
 pool rows are unique per call, so the in-place update needs no barrier.
+Speculative decoding (``EACH_TOKEN``) stores the tile after every token into
+that token's pool row instead; the tile is loaded once before the first of
+those stores, so the same argument holds.
 
 Ascend UB, bytes per buffer: the state tile BLOCK_K * BLOCK_V * 4 plus the q
 and k vectors (BLOCK_K * 4 each) and v/o (BLOCK_V * 4 each). With Dk = 128 and
@@ -37,12 +40,13 @@ def _fixed(**_shape) -> dict:
 )
 @triton.jit
 def _recurrent_kernel(
-    q, k, v, g, beta, o, state_in, final, cu, read_rows, write_rows,
-    scale, n_seqs,
+    q, k, v, g, beta, o, state_in, final, cu, read_rows, write_rows, token_rows,
+    scale, n_seqs, token_rows_width,
     stride_q_t, stride_q_h, stride_k_t, stride_k_h, stride_v_t, stride_v_h, stride_g_t, stride_b_t,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
     L2NORM: tl.constexpr, POOL: tl.constexpr, STORE_FINAL: tl.constexpr, EPS: tl.constexpr,
+    EACH_TOKEN: tl.constexpr,
 ):
     n_vblocks: tl.constexpr = (DV + BLOCK_V - 1) // BLOCK_V
     dk = tl.arange(0, BLOCK_K)
@@ -78,6 +82,9 @@ def _recurrent_kernel(
                 state = state + k_t[:, None] * delta[None, :]
                 o_t = tl.sum(state * (q_t * scale)[:, None], axis=0)
                 tl.store(o + t * (HV * DV) + head * DV + dv, o_t.to(o.dtype.element_ty), mask=v_ok)
+                if EACH_TOKEN:
+                    token_row = tl.load(token_rows + tl.cast(seq, tl.int64) * token_rows_width + (t - bos))
+                    tl.store(state_in + token_row.to(tl.int64) * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if POOL:
                 tl.store(state_in + write_row * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if STORE_FINAL:
@@ -85,30 +92,34 @@ def _recurrent_kernel(
 
 
 def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                                     ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+                                     ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel,
+                                     num_accepted_tokens=None):
     """Triton ``fused_recurrent_gated_delta_rule``; arguments as validated by ``ops/gdn/op.py``.
 
     q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g float32 and beta [B, T, Hv];
     states float32 [N, Hv, Dk, Dv] or a pool [S, Hv, Dk, Dv] (updated in place
-    at ``ssm_state_indices``). Returns (o [B, T, Hv, Dv] in v's dtype,
-    final states float32 [N, Hv, Dk, Dv] or None).
+    at ``ssm_state_indices``; with ``num_accepted_tokens`` [N] the indices are
+    [N, W] and every token's state lands in its own row). Returns
+    (o [B, T, Hv, Dv] in v's dtype, final states float32 [N, Hv, Dk, Dv] or None).
     """
     hk, dk = q.shape[2], q.shape[3]
     hv, dv = v.shape[2], v.shape[3]
     rows, plan, o = prepare_launch(q, k, v, g, beta, cu_seqlens=cu_seqlens, initial_state=initial_state,
                                    ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
-                                   output_final_state=output_final_state)
+                                   output_final_state=output_final_state, num_accepted_tokens=num_accepted_tokens)
     n = rows.n_seqs
+    each_token = plan.token_rows is not None
+    token_rows = plan.token_rows if each_token else plan.read_rows  # a dummy pointer when unused
     if n > 0 and hv > 0:
         _recurrent_kernel.launch(
             q.device, n * hv * triton.cdiv(dv, 16),
             rows.q, rows.k, rows.v, rows.g, rows.beta, o, plan.state_in, plan.final_arg, rows.cu,
-            plan.read_rows, plan.write_rows,
-            float(scale), n,
+            plan.read_rows, plan.write_rows, token_rows,
+            float(scale), n, token_rows.shape[-1] if each_token else 1,
             rows.q.stride(0), rows.q.stride(1), rows.k.stride(0), rows.k.stride(1),
             rows.v.stride(0), rows.v.stride(1), rows.g.stride(0), rows.beta.stride(0),
             HK=hk, HV=hv, DK=dk, DV=dv, BLOCK_K=tile(dk),
             L2NORM=bool(use_qk_l2norm_in_kernel), POOL=plan.pool, STORE_FINAL=plan.final is not None,
-            EPS=L2NORM_EPS,
+            EPS=L2NORM_EPS, EACH_TOKEN=each_token,
         )
     return o.view(v.shape), plan.final

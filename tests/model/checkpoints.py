@@ -171,3 +171,59 @@ def record_hf_routing(model) -> dict[int, list[torch.Tensor]]:
     for layer, router in enumerate(routers):  # modules() walks the layers in order
         router.register_forward_hook(lambda _m, _i, out, layer=layer: found.setdefault(layer, []).append(out[2]))
     return found
+
+
+# ----------------------------------------------------------------------------- MTP (mtp.*)
+
+def _mtp_tensors(text_config, num_mtp_layers: int, seed: int) -> dict[str, torch.Tensor]:
+    """Random ``mtp.*`` tensors as published Qwen3.5 checkpoints name them (top level in both layouts):
+    ``mtp.fc`` [H, 2H], the three zero-centred norms, and ``mtp.layers.{i}.*``, each a full-attention
+    decoder layer of transformers' own kind (so its names and shapes come from transformers, not from us)."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer
+
+    full = text_config.layer_types.index("full_attention")
+    tensors = {}
+    for i in range(num_mtp_layers):
+        layer = Qwen3_5DecoderLayer(text_config, full)
+        randomise(layer, seed + 10 + i)
+        tensors.update({f"mtp.layers.{i}.{name}": t.detach().clone() for name, t in layer.state_dict().items()})
+    gen = torch.Generator().manual_seed(seed + 5)
+    h = text_config.hidden_size
+    tensors["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=gen) * 0.08
+    for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        tensors[f"mtp.{name}.weight"] = torch.empty(h).uniform_(-0.5, 0.5, generator=gen)
+    return tensors
+
+
+def _add_mtp(path, text_config, num_mtp_layers: int, seed: int, multimodal: bool) -> None:
+    """Append MTP tensors to a saved checkpoint and record ``mtp_num_hidden_layers`` in its config."""
+    from safetensors.torch import load_file, save_file
+
+    file = os.path.join(path, "model.safetensors")
+    tensors = {k: v for k, v in load_file(file).items() if not k.startswith("mtp.")}
+    tensors.update(_mtp_tensors(text_config, num_mtp_layers, seed))
+    save_file(tensors, file, metadata={"format": "pt"})
+    config_file = os.path.join(path, "config.json")
+    with open(config_file) as f:
+        raw = json.load(f)
+    (raw["text_config"] if multimodal else raw)["mtp_num_hidden_layers"] = num_mtp_layers
+    with open(config_file, "w") as f:
+        json.dump(raw, f, indent=2)
+
+
+def save_text_checkpoint_with_mtp(path, seed: int = 0, num_mtp_layers: int = 1, **overrides) -> str:
+    """``save_text_checkpoint`` plus random MTP weights (``mtp.*``) and ``mtp_num_hidden_layers``."""
+    from transformers import Qwen3_5TextConfig
+
+    save_text_checkpoint(path, seed, **overrides)
+    _add_mtp(path, Qwen3_5TextConfig(**{**TINY_TEXT, **overrides}), num_mtp_layers, seed, multimodal=False)
+    return os.fspath(path)
+
+
+def save_multimodal_checkpoint_with_mtp(path, seed: int = 0, num_mtp_layers: int = 1) -> str:
+    """``save_multimodal_checkpoint`` with real MTP weights (instead of its one mis-shaped ``mtp.fc.weight``)."""
+    from transformers import Qwen3_5TextConfig
+
+    save_multimodal_checkpoint(path, seed)
+    _add_mtp(path, Qwen3_5TextConfig(**TINY_TEXT), num_mtp_layers, seed, multimodal=True)
+    return os.fspath(path)

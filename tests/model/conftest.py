@@ -6,7 +6,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from checkpoints import save_multimodal_checkpoint, save_text_checkpoint  # noqa: E402
+from checkpoints import (save_multimodal_checkpoint, save_multimodal_checkpoint_with_mtp,  # noqa: E402
+                         save_text_checkpoint, save_text_checkpoint_with_mtp)
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +49,20 @@ def moe_checkpoint(request, tmp_path_factory):
 def moe_text_checkpoint(tmp_path_factory):
     """The text-only per-expert MoE checkpoint (what transformers writes), for tests needing just one."""
     return save_moe_checkpoint(tmp_path_factory.mktemp("qwen35_moe_text"), seed=3)
+
+
+@pytest.fixture(scope="session")
+def text_mtp_checkpoint(tmp_path_factory):
+    """A text-only checkpoint carrying one MTP layer (mtp.*)."""
+    return save_text_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_text_mtp"), seed=3)
+
+
+@pytest.fixture(scope="session")
+def multimodal_mtp_checkpoint(tmp_path_factory):
+    """A multimodal checkpoint carrying one MTP layer (mtp.* at the top level, as published)."""
+    return save_multimodal_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_mm_mtp"), seed=4)
+
+
+@pytest.fixture(scope="session")
+def two_layer_mtp_checkpoint(tmp_path_factory):
+    return save_text_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_text_mtp2"), seed=6, num_mtp_layers=2)
