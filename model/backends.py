@@ -28,15 +28,23 @@ def backend_chooser(requested: str | None) -> Callable[[str], str | None]:
 # checks this against the ops a step really dispatches.
 MODEL_OPS = ("reshape_and_cache", "mixed_attention", "fused_gdn_gating", "causal_conv1d_update", "causal_conv1d_fn",
              "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule")
+# ...and a MoE model's expert layers (model/moe.py).
+MOE_OPS = ("fused_experts",)
 
 
-def describe(requested: str | None) -> str:
+def model_ops(is_moe: bool = False) -> tuple[str, ...]:
+    """The ops a step of a dense (or, with ``is_moe``, a MoE) Qwen3.5 model calls."""
+    return MODEL_OPS + MOE_OPS if is_moe else MODEL_OPS
+
+
+def describe(requested: str | None, *, is_moe: bool = False) -> str:
     """One line for the engine's start-up report: which of the model's ops run on the
     requested backend and which fall back to the device default."""
     if requested is None:
         return "backend: chosen by device for every op"
-    served = sorted(op for op in MODEL_OPS if requested in IMPLEMENTATIONS[op])
-    fallback = sorted(op for op in MODEL_OPS if requested not in IMPLEMENTATIONS[op])
+    ops = model_ops(is_moe)
+    served = sorted(op for op in ops if requested in IMPLEMENTATIONS[op])
+    fallback = sorted(op for op in ops if requested not in IMPLEMENTATIONS[op])
     if not fallback:
         return f"backend: {requested} for every op"
     return (f"backend: {requested} for {', '.join(served) or 'no op'}; device default for {', '.join(fallback)} "

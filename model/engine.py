@@ -233,7 +233,7 @@ class LLMEngine:
 
     def backend_summary(self) -> str:
         """Which backend the model's ops run on (printed by ``qwen-generate`` at start)."""
-        return describe_backends(self.backend)
+        return describe_backends(self.backend, is_moe=self.config.is_moe)
 
     def budget_summary(self) -> str:
         """One line with the limits and memory in use."""
