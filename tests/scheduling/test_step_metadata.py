@@ -177,6 +177,32 @@ def test_attention_state_rule_boundaries(context, query, drafts, chunked, expect
     assert reference_attention_state(context, query, drafts, chunked) is expected
 
 
+@pytest.mark.parametrize(
+    "context, query, hits, expected",
+    [
+        ([16, 32], [4, 3], [16, 32], A.PrefillCacheHit),  # every request starts at its prefix hit
+        ([16, 0], [4, 3], [16, 0], A.ChunkedPrefill),  # one starts from scratch
+        ([16, 20], [4, 1], [16, 0], A.ChunkedPrefill),  # a decode joins
+        ([16, 32], [4, 3], [16, 16], A.ChunkedPrefill),  # one continues past its hit (an earlier chunk)
+        ([16, 32], [1, 1], [16, 32], A.DecodeOnly),  # one-token tails after their hits: the query rule first
+    ],
+)
+def test_prefix_hit_prefills_are_prefill_cache_hit(context, query, hits, expected):
+    assert attention_state(context, query, [0] * len(query), True, hits) is expected
+    assert reference_attention_state(context, query, [0] * len(query), True, hits) is expected
+
+
+def test_a_repeated_prompt_on_a_hybrid_model_is_a_prefill_cache_hit_step():
+    s = make_scheduler(num_gdn_groups=3, enable_prefix_caching=True, max_num_batched_tokens=32, num_blocks=40)
+    s.add_request(make_request("a", 10, max_tokens=1))
+    while s.has_unfinished_requests():
+        step(s)
+    s.add_request(make_request("b", 10, max_tokens=1))
+    out = s.schedule()
+    assert out.num_cached_tokens == {"b": 8}  # two blocks of 4; the last token is always computed
+    assert build_step_metadata(out).attn_state is AttentionState.PrefillCacheHit
+
+
 def test_bad_arguments_are_named():
     s = make_scheduler()
     s.add_request(make_request("a", 3))
