@@ -141,3 +141,18 @@ def test_bad_hybrid_configuration_is_refused_at_start():
     with pytest.raises(ValueError, match="enable_chunked_prefill"):
         SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=2, block_size=16, num_blocks=20, max_model_len=64,
                         enable_prefix_caching=True, enable_chunked_prefill=False, num_gdn_groups=3)
+
+
+def test_hybrid_block_size_raises_the_attention_page_to_hold_a_gdn_page():
+    from qwen_ops.scheduling import hybrid_block_size
+
+    # Qwen3.5-shaped tiny model: K+V of 2 heads x 64 in bfloat16 = 512 bytes per token; a GDN
+    # layer's state is 4x64x64 float32 plus a 3x512 bfloat16 conv tail = 68608 bytes.
+    assert hybrid_block_size(16, 512, 68608) == (144, 144 * 512)  # 134 tokens needed, in steps of 16
+    # INT8 halves the attention page per token: twice the tokens per block.
+    assert hybrid_block_size(16, 256, 68608) == (272, 272 * 256)
+    # A page already big enough is kept (the GDN page is padded up to it).
+    assert hybrid_block_size(256, 512, 68608) == (256, 256 * 512)
+    assert hybrid_block_size(16, 512, 68608, kernel_block_alignment=128) == (256, 256 * 512)
+    with pytest.raises(ValueError, match="gdn_page_bytes"):
+        hybrid_block_size(16, 512, 0)
