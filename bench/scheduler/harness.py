@@ -134,7 +134,8 @@ def random_hybrid_workload(rng: random.Random) -> Workload:
     Without prefix caching each request holds one GDN page per group (plus the
     speculative ones); with it (vLLM's "align" mode, which needs chunked
     prefill) at most two (plus those). The pool is sized so that one request of
-    max_model_len fits, up to 4x that: small pools preempt.
+    max_model_len fits, up to 4x that: small pools preempt. A quarter of them use
+    blocks of 32 or 64 tokens, often wider than the token budget.
     """
     workload = random_workload(rng)
     config = workload.config
@@ -142,6 +143,9 @@ def random_hybrid_workload(rng: random.Random) -> Workload:
     config["num_gdn_groups"] = groups
     if config["enable_prefix_caching"]:
         config["enable_chunked_prefill"] = True
+    if rng.random() < 0.25:
+        # Blocks wider than many budgets: align-mode chunks that end mid-block and re-align.
+        config["block_size"] = rng.choice([32, 64])
     spec_tokens = config["num_speculative_tokens"]
     pages = groups * ((2 if config["enable_prefix_caching"] else 1) + spec_tokens)
     blocks_for_one = -(-(config["max_model_len"] + spec_tokens) // config["block_size"]) + pages
