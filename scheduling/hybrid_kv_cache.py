@@ -289,6 +289,13 @@ class HybridKVCacheManager:
         Returns the attention group's new blocks (the GDN groups' tables are
         read from block_ids_per_group()).
         """
+        if not hit and not whole_prompt_must_fit:
+            # Fast path, taken by almost every decode step: no group needs a block or releases one.
+            end = request.num_computed_tokens + num_new_tokens
+            if end + num_lookahead_tokens <= len(request.block_ids) * self.block_size and \
+                    self._gdn_groups_need_nothing(request, end):
+                self.cache_blocks(request, min(end, request.num_tokens))
+                return []
         hit = hit or PrefixHit()
         num_computed = min(request.num_computed_tokens + hit.num_tokens, self.max_model_len)
         free = self.pool.num_free_blocks
@@ -318,6 +325,30 @@ class HybridKVCacheManager:
         # Draft tokens may be rejected: only known tokens are cached.
         self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return new_blocks
+
+    def _gdn_groups_need_nothing(self, request: Request, num_tokens_main: int) -> bool:
+        """Whether a running request's step leaves every GDN table as it is (no page taken or
+        released). All GDN groups evolve alike (only their block ids differ): group 0 decides."""
+        if not self.gdn_groups:
+            return True
+        group, request_id = self.gdn_groups[0], request.request_id
+        table = group.tables.get(request_id)
+        if table is None:
+            return False
+        size, spec = group.block_size, group.num_spec_blocks
+        if not group.align:
+            return len(table) >= 1 + spec  # its one page per group (plus the speculative ones) is held
+        if request_id not in group.allocated:
+            return False
+        if _cdiv(num_tokens_main, size) + spec > len(table):
+            return False
+        processed = request.num_computed_tokens
+        if processed - 1 <= 0:
+            return True
+        if group.num_retired.get(request_id, 0) < min((processed - 1) // size, len(table)):
+            return False
+        state = group.last_state_index.get(request_id)
+        return state is None or state >= _cdiv(processed, size) - 1 or table[state] == NULL_BLOCK
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the full blocks of every group among the first num_tokens tokens (block-aligned)."""

@@ -166,10 +166,12 @@ def random_hybrid_workload(rng: random.Random) -> Workload:
     return workload
 
 
-def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 100_000) -> Workload:
-    """num_requests requests that all reach decode and stay there (benchmark)."""
+def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 100_000,
+                    gdn_groups: int = 0) -> Workload:
+    """num_requests requests that all reach decode and stay there (benchmark); gdn_groups > 0: a
+    hybrid model (prefix caching on: align mode, two GDN pages per group per request)."""
     block_size = 128
-    per_request = -(-(prompt_len + 200) // block_size) + 1
+    per_request = -(-(prompt_len + 200) // block_size) + 1 + 2 * gdn_groups
     config = dict(
         max_num_batched_tokens=max(16384, num_requests),
         max_num_seqs=num_requests,
@@ -183,6 +185,8 @@ def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 
         reserve_full_prompt=True,
         num_speculative_tokens=0,
     )
+    if gdn_groups:
+        config["num_gdn_groups"] = gdn_groups
     rng = random.Random(0)
     requests = [
         RequestSpec(f"r{i}", [rng.randrange(1, VOCAB) for _ in range(prompt_len)], max_tokens, 0, ignore_eos=True)
