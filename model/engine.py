@@ -97,7 +97,8 @@ class LLMEngine:
             max_num_batched_tokens >= max_num_seqs (default: the scheduler's
             ``default_batch_limits`` for this device, offline usage, adjusted to
             that rule; ``max_num_seqs`` also shrinks to the GDN state slots the budget holds).
-        enable_prefix_caching: not supported by hybrid GDN models (the scheduler raises).
+        enable_prefix_caching: not supported yet (ValueError): the scheduler runs vLLM's align
+            mode, but the model does not keep its GDN states in the pool's pages yet.
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
             chosen backend does not implement run on the device's default backend
             (``backend_summary()`` says which).
@@ -186,7 +187,8 @@ class LLMEngine:
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=self.plan.max_num_seqs,
             block_size=block_size, num_blocks=self.plan.num_blocks, max_model_len=self.max_model_len,
             enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
-            long_prefill_token_threshold=long_prefill_token_threshold, num_state_slots=self.plan.num_state_slots)
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            num_gdn_groups=_num_gdn_groups(self.config, enable_prefix_caching))
         self.scheduler = Scheduler(self.scheduler_config)
         self._tracked: dict[str, _Tracked] = {}
         self.step_stats: list[StepStats] = []
@@ -413,3 +415,16 @@ def __getattr__(name):
 
         return LLM
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _num_gdn_groups(config, enable_prefix_caching: bool) -> int:
+    """vLLM's GDN KV cache groups: the GDN layers in groups of as many layers as there are
+    full-attention layers (3 for Qwen3.5's 3:1 layout). Refuses prefix caching, whose GDN
+    states the model does not read from the pool's pages yet (issue 11, model side)."""
+    if enable_prefix_caching:
+        raise ValueError(
+            "LLM(enable_prefix_caching=True) is not supported yet: the scheduler caches GDN states "
+            "in vLLM's align mode, but the model still keeps them outside the KV pool's pages"
+        )
+    num_attention = max(len(config.full_attention_layers), 1)
+    return -(-len(config.linear_attention_layers) // num_attention)

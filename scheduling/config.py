@@ -22,7 +22,13 @@ class SchedulerConfig:
         blocks, not only its first chunk (vLLM's scheduler_reserve_full_isl).
     num_speculative_tokens: draft tokens per step (MTP/EAGLE style: their KV
         slots are reserved ahead as lookahead).
-    num_state_slots: GDN state slots of a hybrid model (0: pure attention).
+    num_gdn_groups: GDN ("mamba") KV cache groups of a hybrid model (0: pure
+        attention). vLLM's one-pool layout: every group gives a request its own
+        pages from the same block pool, G GDN groups then one attention group
+        (vLLM's get_kv_cache_groups order). Without prefix caching a request holds
+        one page per GDN group (plus num_speculative_tokens); with it ("align"
+        mode) GDN page p holds the state after exactly (p + 1) * block_size tokens.
+        block_size is then the final (page-size-raised) block size.
     """
 
     max_num_batched_tokens: int
@@ -36,13 +42,13 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     reserve_full_prompt: bool = True
     num_speculative_tokens: int = 0
-    num_state_slots: int = 0
+    num_gdn_groups: int = 0
 
     def __post_init__(self):
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len"):
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_blocks", self.num_blocks, minimum=2)  # null block + one usable
-        for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_state_slots"):
+        for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_gdn_groups"):
             _require_int(name, getattr(self, name), minimum=0)
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "reserve_full_prompt"):
             if type(getattr(self, name)) is not bool:  # "no" or 0 would read as a silent True/False
@@ -70,12 +76,14 @@ class SchedulerConfig:
                 f"num_speculative_tokens ({self.num_speculative_tokens}) must be < "
                 f"max_num_batched_tokens ({self.max_num_batched_tokens})"
             )
-        if self.num_state_slots and self.enable_prefix_caching:
-            # A GDN state summarises the whole prefix; a prefix-cache hit would need the
-            # state saved at that exact block boundary, which this scheduler does not keep.
+        if self.num_gdn_groups > 255:  # group ids are one byte of the prefix-cache key
+            raise ValueError(f"num_gdn_groups must be <= 255, got {self.num_gdn_groups}")
+        if self.num_gdn_groups and self.enable_prefix_caching and not self.enable_chunked_prefill:
+            # Align mode saves GDN states only at block-aligned chunk ends, so it must be
+            # free to clip chunks (vLLM refuses the same combination).
             raise ValueError(
-                "enable_prefix_caching cannot be combined with num_state_slots > 0: "
-                "prefix caching on a hybrid (GDN) model is not supported"
+                "enable_prefix_caching on a hybrid model (num_gdn_groups > 0) needs "
+                "enable_chunked_prefill=True: GDN states are cached at block-aligned chunk ends"
             )
 
     @property
@@ -85,8 +93,14 @@ class SchedulerConfig:
 
     @property
     def is_hybrid(self) -> bool:
-        """Whether each request also holds a GDN state slot."""
-        return self.num_state_slots > 0
+        """Whether requests also hold GDN state pages (num_gdn_groups > 0)."""
+        return self.num_gdn_groups > 0
+
+    @property
+    def gdn_block_size(self) -> int:
+        """Tokens per GDN page as the scheduler counts them: block_size in align mode
+        (prefix caching), max_model_len otherwise (one state page per request)."""
+        return self.block_size if self.enable_prefix_caching else self.max_model_len
 
 
 def _require_int(name, value, minimum):

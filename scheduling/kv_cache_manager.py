@@ -18,6 +18,16 @@ def hash_block(parent_hash: bytes, token_ids) -> bytes:
     return hashlib.sha256(parent_hash + array("q", token_ids).tobytes()).digest()
 
 
+def update_block_hashes(request: Request, block_size: int) -> None:
+    """Append the chained hash of every newly completed full block of the request's tokens."""
+    hashes, tokens = request.block_hashes, request.all_token_ids
+    start = len(hashes) * block_size
+    while start + block_size <= len(tokens):
+        parent = hashes[-1] if hashes else _ROOT_HASH
+        hashes.append(hash_block(parent, tokens[start : start + block_size]))
+        start += block_size
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -37,14 +47,8 @@ class KVCacheManager:
 
     def update_block_hashes(self, request: Request) -> None:
         """Hash every newly completed full block of the request's tokens."""
-        if not self.enable_caching:
-            return
-        hashes, size, tokens = request.block_hashes, self.block_size, request.all_token_ids
-        start = len(hashes) * size
-        while start + size <= len(tokens):
-            parent = hashes[-1] if hashes else _ROOT_HASH
-            hashes.append(hash_block(parent, tokens[start : start + size]))
-            start += size
+        if self.enable_caching:
+            update_block_hashes(request, self.block_size)
 
     def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
         """Longest run of cached full blocks at the start of the request, and its token count.

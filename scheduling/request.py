@@ -99,8 +99,11 @@ class Request:
         self.block_ids: list[int] = []
         self.num_cached_blocks = 0  # leading blocks already registered in the prefix cache
         self.block_hashes: list[bytes] = []  # chained hash of every full block of tokens
-        # Owned by the state slot pool of a hybrid model.
+        # A hybrid model's GDN state row (see StateSlotPool), owned by the scheduler.
         self.state_slot: int | None = None
+        # The attention prefix hit beyond the GDN hit at the last cache lookup (0: none):
+        # align-mode chunks stop there so that its state gets cached (vLLM's name).
+        self.shared_prefix_boundary = 0
 
     @property
     def num_tokens(self) -> int:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from .config import SchedulerConfig
+from .hybrid_kv_cache import HybridKVCacheManager
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
 from .state_slots import StateSlotPool
@@ -21,11 +22,18 @@ class SchedulerOutput:
     total_num_scheduled_tokens: their sum, at most max_num_batched_tokens.
     num_computed_tokens: each request's cursor before this step.
     token_ids: the input tokens of each request in this step (known tokens, then drafts).
-    block_ids: each request's whole block table. It is the request's live list,
-        read it before the next schedule() call.
-    new_block_ids: blocks allocated to each request in this step.
+    block_ids: each request's whole (full-attention) block table. It is the request's
+        live list, read it before the next schedule() call.
+    new_block_ids: attention blocks allocated to each request in this step.
+    group_block_ids: hybrid models: each request's block table per KV cache group, in
+        vLLM's group order (the GDN groups, then attention; vLLM's tuple of per-group
+        lists); 0 is the null block (a released or never-held GDN state column).
+    num_cached_tokens: for each newly admitted or resumed request, its prefix-cache
+        hit in tokens (0: none).
     scheduled_spec_decode_tokens: draft tokens verified in this step (-1: padding).
-    state_slots: GDN state slot of each request (hybrid models only).
+    state_slots: hybrid models: each request's GDN state row in [0, max_num_seqs), for an
+        engine that keeps GDN states outside the block pool (an address only: admission
+        follows the blocks, GDN pages included).
     sampling_req_ids: requests that sample a token in this step (their cursor reaches
         num_tokens); a partial prefill chunk samples none.
     new_req_ids: requests admitted for the first time in this step.
@@ -40,6 +48,8 @@ class SchedulerOutput:
     token_ids: dict[str, list[int]]
     block_ids: dict[str, list[int]]
     new_block_ids: dict[str, list[int]]
+    group_block_ids: dict[str, tuple[list[int], ...]]
+    num_cached_tokens: dict[str, int]
     scheduled_spec_decode_tokens: dict[str, list[int]]
     state_slots: dict[str, int]
     sampling_req_ids: list[str]
@@ -48,7 +58,6 @@ class SchedulerOutput:
     preempted_req_ids: set[str]
     finished_req_ids: set[str]
     num_free_blocks: int
-    num_free_state_slots: int
     block_size: int
     enable_chunked_prefill: bool = True
     num_speculative_tokens: int = 0
@@ -79,10 +88,18 @@ class Scheduler:
         if not isinstance(config, SchedulerConfig):
             raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
         self.config = config
-        self.kv_cache = KVCacheManager(
-            config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching
-        )
-        self.state_slots = StateSlotPool(config.num_state_slots) if config.is_hybrid else None
+        if config.is_hybrid:
+            self.kv_cache = HybridKVCacheManager(
+                config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching,
+                config.num_gdn_groups, config.num_speculative_tokens,
+            )
+        else:
+            self.kv_cache = KVCacheManager(
+                config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching
+            )
+        self.state_rows = StateSlotPool(config.max_num_seqs) if config.is_hybrid else None
+        # vLLM's "align" mode: prefix caching on a hybrid model clips chunks to block boundaries.
+        self.align_gdn_chunks = config.is_hybrid and config.enable_prefix_caching
         self.requests: dict[str, Request] = {}
         self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
@@ -92,12 +109,14 @@ class Scheduler:
         # vLLM leaves the budget it picked inside a compile setting; say it up front.
         logger.info(
             "qwen_ops scheduler: max_num_batched_tokens=%d max_num_seqs=%d block_size=%d "
-            "usable_blocks=%d policy=%s",
+            "usable_blocks=%d policy=%s%s",
             config.max_num_batched_tokens,
             config.max_num_seqs,
             config.block_size,
             config.num_usable_blocks,
             config.policy,
+            f" gdn_groups={config.num_gdn_groups} gdn_mode={'align' if self.align_gdn_chunks else 'none'}"
+            if config.is_hybrid else "",
         )
 
     # ----------------------------------------------------------------- requests
@@ -124,10 +143,12 @@ class Scheduler:
         # cache at start-up); here it is checked per request.
         cfg = self.config
         longest = min(request.num_prompt_tokens + request.max_tokens + cfg.num_speculative_tokens, cfg.max_model_len)
-        if -(-longest // cfg.block_size) > cfg.num_blocks - 1:
+        if -(-longest // cfg.block_size) + self._max_gdn_pages_per_request() > cfg.num_blocks - 1:
             raise ValueError(
                 f"request {request.request_id!r} may grow to {longest} tokens, more than the KV cache holds "
-                f"({cfg.num_blocks - 1} usable blocks of {cfg.block_size}); lower max_tokens or add blocks"
+                f"({cfg.num_blocks - 1} usable blocks of {cfg.block_size}"
+                + (f", {self._max_gdn_pages_per_request()} of them GDN state pages" if cfg.is_hybrid else "")
+                + "); lower max_tokens or add blocks"
             )
         if request.status is not RequestStatus.WAITING or request.num_computed_tokens:
             raise ValueError(f"request {request.request_id!r} was already scheduled once")
@@ -157,13 +178,16 @@ class Scheduler:
 
     @property
     def num_free_blocks(self) -> int:
-        """Usable KV blocks not owned by any request (cached free blocks included)."""
+        """Usable blocks not owned by any request, cached-and-evictable ones included
+        (vLLM's get_num_free_blocks(); the null block 0 is never counted)."""
         return self.kv_cache.num_free_blocks
 
-    @property
-    def num_free_state_slots(self) -> int:
-        """GDN state slots not held by a request (0 for a pure-attention model)."""
-        return self.state_slots.num_free_slots if self.state_slots else 0
+    def _max_gdn_pages_per_request(self) -> int:
+        """GDN pages one request can hold at once, all groups together: one (plus the
+        speculative ones) per group without prefix caching, two (plus those) in align mode."""
+        cfg = self.config
+        per_group = (2 if self.align_gdn_chunks else 1) + cfg.num_speculative_tokens
+        return cfg.num_gdn_groups * per_group if cfg.is_hybrid else 0
 
     def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:
         """Attach the draft tokens proposed after a step; the next step verifies them.
@@ -202,6 +226,10 @@ class Scheduler:
         admitted: list[Request] = []
         preempted: list[Request] = []
         new_ids, resumed_ids = [], []
+        num_cached_tokens: dict[str, int] = {}
+        align = self.align_gdn_chunks
+        if align:
+            kv_cache.new_step_starts()
         # A long prompt may not hog the step only when someone else wants tokens too.
         threshold = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         # Whether a running request was mid-prefill (decides draft padding below).
@@ -223,6 +251,8 @@ class Scheduler:
             if num_new > max_model_len - computed - 1:
                 # The step's last position must leave room for the token it samples.
                 num_new = max_model_len - computed - 1
+            if align and num_new > 0:
+                num_new = self._gdn_block_aligned_split(request, num_new)
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
                 continue
@@ -272,8 +302,6 @@ class Scheduler:
         while not preempted and len(waiting) and token_budget > 0:
             if len(running) >= cfg.max_num_seqs:
                 break
-            if self.state_slots is not None and self.state_slots.num_free_slots == 0:
-                break
             request = waiting.peek()
             cached_blocks, num_cached = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_cached
@@ -298,6 +326,12 @@ class Scheduler:
             if not cfg.enable_chunked_prefill and num_new > token_budget:
                 break
             num_new = min(num_new, token_budget)
+            if align:
+                num_new = self._gdn_block_aligned_split(request, num_new, num_cached)
+                if num_new == 0:
+                    break  # no block-aligned chunk fits: admission ends for this step
+                if pad_drafts and num_new != 1 + cfg.num_speculative_tokens:
+                    num_new, pad_drafts = 1, False  # clipped placeholder rows: drop them
 
             blocks = self.kv_cache.allocate_slots(
                 request,
@@ -318,8 +352,9 @@ class Scheduler:
                 resumed_ids.append(request.request_id)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
-            if self.state_slots is not None:
-                request.state_slot = self.state_slots.allocate()
+            num_cached_tokens[request.request_id] = num_cached
+            if self.state_rows is not None:
+                request.state_slot = self.state_rows.allocate()
             num_scheduled[request.request_id] = num_new
             computed_before[request.request_id] = num_cached
             new_blocks[request.request_id] = list(request.block_ids)  # all new to the model runner
@@ -330,8 +365,41 @@ class Scheduler:
         # Batch order, the order of num_scheduled: the running requests kept, then the admitted ones.
         return self._make_output(
             scheduled_running + admitted, num_scheduled, computed_before, new_blocks, spec_tokens, preempted,
-            new_ids, resumed_ids,
+            new_ids, resumed_ids, num_cached_tokens,
         )
+
+    def _gdn_block_aligned_split(self, request: Request, num_new: int, num_new_cached: int = 0) -> int:
+        """Clip a prefill chunk so that it ends where a GDN state must be cached (align mode).
+
+        vLLM 0.33's _mamba_block_aligned_split on the Triton/fla GDN path (no
+        checkpoints saved inside a chunk, as vllm-ascend runs it): GDN block p
+        holds the state after exactly (p + 1) * B tokens and states are written
+        at chunk ends, so a chunk that does not finish the prefill ends on a
+        block boundary (a block wider than the budget may end mid-block and
+        re-align at the next boundary). A chunk also stops at the last cacheable
+        position ((num_tokens - 1) // B * B) and at a shared-prefix junction.
+        """
+        start = request.num_computed_tokens + num_new_cached
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if start >= prefill_end:
+            return num_new
+        size = self.config.block_size
+        end = start + num_new
+        if end < prefill_end:
+            max_chunk = self.config.max_num_batched_tokens
+            if self.config.long_prefill_token_threshold > 0:
+                max_chunk = min(max_chunk, self.config.long_prefill_token_threshold)
+            aligned_end = end // size * size
+            if aligned_end > start or size <= max_chunk:
+                end = aligned_end
+        stops = [(request.num_tokens - 1) // size * size]  # the last cacheable block boundary
+        if start % size:
+            stops.append((start // size + 1) * size)  # a chunk starting mid-block ends at its boundary
+        junction = request.shared_prefix_boundary
+        if start < junction < end:
+            stops.append(start + (junction - start) // size * size)
+        end = min((stop for stop in stops if start < stop < end), default=end)
+        return max(end - start, 0)
 
     def _pick_victim(self) -> Request:
         """The running request to preempt: the last one (FCFS) or the lowest priority one."""
@@ -349,9 +417,12 @@ class Scheduler:
         self.waiting.prepend(request)
 
     def _make_output(
-        self, batch, num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids
+        self, batch, num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids,
+        num_cached_tokens,
     ):
         token_ids, block_ids, state_slots, sampling = {}, {}, {}, []
+        hybrid = self.config.is_hybrid
+        group_block_ids = {}
         for request in batch:
             request_id = request.request_id
             num_new = num_scheduled[request_id]
@@ -365,7 +436,8 @@ class Scheduler:
                 num_known = num_new
                 token_ids[request_id] = tokens[start : start + num_new]
             block_ids[request_id] = request.block_ids
-            if request.state_slot is not None:
+            if hybrid:
+                group_block_ids[request_id] = self.kv_cache.block_ids_per_group(request)
                 state_slots[request_id] = request.state_slot
             if start + num_known >= len(tokens):
                 sampling.append(request_id)
@@ -381,6 +453,8 @@ class Scheduler:
             token_ids=token_ids,
             block_ids=block_ids,
             new_block_ids=new_blocks,
+            group_block_ids=group_block_ids,
+            num_cached_tokens=num_cached_tokens,
             scheduled_spec_decode_tokens=spec_tokens,
             state_slots=state_slots,
             sampling_req_ids=sampling,
@@ -389,7 +463,6 @@ class Scheduler:
             preempted_req_ids={r.request_id for r in preempted},
             finished_req_ids=finished,
             num_free_blocks=self.kv_cache.num_free_blocks,
-            num_free_state_slots=self.num_free_state_slots,
             block_size=self.config.block_size,
             enable_chunked_prefill=self.config.enable_chunked_prefill,
             num_speculative_tokens=self.config.num_speculative_tokens,
@@ -491,7 +564,7 @@ class Scheduler:
     def _release_resources(self, request: Request) -> None:
         self.kv_cache.free(request)
         if request.state_slot is not None:
-            self.state_slots.free(request.state_slot)
+            self.state_rows.free(request.state_slot)
             request.state_slot = None
 
     def _free(self, request: Request) -> None:

@@ -1,11 +1,14 @@
-"""Fixed pool of GDN state slots for hybrid models: one slot per running request."""
+"""Compact GDN state rows for engines that keep GDN states outside the block pool: one per running request."""
 
 
 class StateSlotPool:
-    """Hands out state slot ids (the recurrent and conv state of the GDN layers).
+    """Hands out state row ids in [0, max_num_seqs) (where an engine keeps a request's recurrent and conv state).
 
-    A request holds one slot from admission until it finishes or is preempted.
-    Unlike KV blocks, a slot never grows, so a running request never needs a new one.
+    Never an admission limit: the scheduler admits by KV blocks, GDN pages
+    included, and max_num_seqs, as vLLM does, so a row is always free for an
+    admitted request. A request holds one row from admission until it finishes
+    or is preempted. The GDN pages of vLLM's layout are in
+    SchedulerOutput.group_block_ids.
     """
 
     def __init__(self, num_slots: int):

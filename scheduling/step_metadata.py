@@ -17,7 +17,7 @@ class AttentionState(enum.Enum):
     """vLLM-Ascend's attention state of a step: which attention kernel path runs."""
 
     PrefillNoCache = 0  # every request starts from an empty cache
-    PrefillCacheHit = 1  # prefills reading cached context, chunked prefill off
+    PrefillCacheHit = 1  # prefills starting from a prefix-cache hit, or reading context with chunked prefill off
     DecodeOnly = 2  # every request advances exactly one token
     ChunkedPrefill = 3  # a mix of decodes and (partial) prefills
     SpecDecoding = 4  # every request verifies one token plus its drafts
@@ -117,13 +117,16 @@ def attention_state(
     query_lens: list[int],
     num_drafts: list[int],
     enable_chunked_prefill: bool,
+    num_cached_tokens: list[int] | None = None,
 ) -> AttentionState:
     """vLLM-Ascend's rules, first match wins (lists are per request).
 
     Every request with 0 computed tokens: PrefillNoCache; else every request
     scheduled 1 token: DecodeOnly; else (speculative decoding on) every request
-    with one valid token past its drafts: SpecDecoding; else ChunkedPrefill with
-    chunked prefill, PrefillCacheHit without. The state describes the query
+    with one valid token past its drafts: SpecDecoding; else PrefillCacheHit when
+    every request is a prefill starting from its prefix-cache hit (context_len ==
+    num_cached_tokens > 0: admitted in this step with a hit); else ChunkedPrefill
+    with chunked prefill, PrefillCacheHit without. The state describes the query
     lengths, as on Ascend; the row layout (``num_decodes``) is separate: a new
     1-token prompt is a prefill row even in a DecodeOnly step, which the ops
     handle either way (its key is in the cache before attention reads it).
@@ -134,6 +137,8 @@ def attention_state(
         return AttentionState.DecodeOnly
     if any(num_drafts) and all(q - d == 1 for q, d in zip(query_lens, num_drafts)):
         return AttentionState.SpecDecoding
+    if num_cached_tokens and all(0 < h == c for h, c in zip(num_cached_tokens, context_lens)):
+        return AttentionState.PrefillCacheHit
     if enable_chunked_prefill:
         return AttentionState.ChunkedPrefill
     return AttentionState.PrefillCacheHit
@@ -244,7 +249,8 @@ def build_step_metadata(
         num_actual_tokens=num_tokens,
         state_indices=_tensor(state_slots, torch.int32),
         has_initial_state=_tensor(context_lens) > 0,
-        attn_state=attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill),
+        attn_state=attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill,
+                                   [out.num_cached_tokens.get(r, 0) for r in req_ids] if out.num_cached_tokens else None),
     )
 
 

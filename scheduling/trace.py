@@ -3,9 +3,11 @@
     python -m qwen_ops.scheduling.trace --decoding 4 --prompts 12 --outputs 3 --budget 6
 
 One line per step: what each request got (a decode token or a prefill chunk), the
-budget used, free blocks, preemptions and the attention state. --plot FILE.png
-draws the same as a stacked bar chart. Sampled tokens are dummies (never EOS),
-so requests stop at their output length.
+budget used, free blocks, preemptions and the attention state. A newly admitted
+request's prefix-cache hit shows as "hit N"; on a hybrid model with prefix caching
+(--gdn-groups with --prefix-caching: vLLM's align mode) a chunk clipped to end on a
+block boundary shows as "aligned". --plot FILE.png draws the same as a stacked bar
+chart. Sampled tokens are dummies (never EOS), so requests stop at their output length.
 """
 
 import argparse
@@ -39,6 +41,8 @@ def _check_args(p: argparse.ArgumentParser, args) -> None:
     for name in ("prompts", "outputs", "arrivals", "decoding"):
         if any(v < 1 for v in getattr(args, name)):
             p.error(f"--{name} values must be >= 1, got {getattr(args, name)}")
+    if args.shared_prefix < 0 or args.gdn_groups < 0:
+        p.error("--shared-prefix and --gdn-groups must be >= 0")
     if args.max_steps < 1:
         p.error(f"--max-steps must be >= 1, got {args.max_steps}")
 
@@ -61,6 +65,10 @@ def parse_args(argv=None):
     p.add_argument("--long-prefill-threshold", type=int, default=0)
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--prefix-caching", action="store_true")
+    p.add_argument("--shared-prefix", type=int, default=0,
+                   help="the prompts' first N tokens are the same (prefix-cache hits)")
+    p.add_argument("--gdn-groups", type=int, default=0,
+                   help="GDN KV cache groups of a hybrid model (3 for Qwen3.5; 0: attention only)")
     p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--plot", metavar="FILE.png", help="also draw the steps as a stacked bar chart")
     args = p.parse_args(argv)
@@ -77,6 +85,7 @@ def replay(args) -> tuple[Scheduler, list[dict]]:
         num_blocks=args.blocks, max_model_len=args.max_model_len,
         enable_chunked_prefill=not args.no_chunked_prefill, enable_prefix_caching=args.prefix_caching,
         policy=args.policy, long_prefill_token_threshold=args.long_prefill_threshold,
+        num_gdn_groups=args.gdn_groups,
     )
     scheduler = Scheduler(config)
     n = len(args.prompts)
@@ -98,9 +107,10 @@ def replay(args) -> tuple[Scheduler, list[dict]]:
     for step in range(1, args.max_steps + 1):
         for i in range(n):
             if arrivals[i] == step:
+                length, shared = args.prompts[i], min(args.shared_prefix, args.prompts[i])
                 scheduler.add_request(
-                    Request(letters[i], [2 + i] * args.prompts[i], outputs[i], arrival_time=float(step) + i * 1e-3,
-                            priority=priorities[i])
+                    Request(letters[i], [1] * shared + [2 + i] * (length - shared), outputs[i],
+                            arrival_time=float(step) + i * 1e-3, priority=priorities[i])
                 )
         if not scheduler.has_unfinished_requests() and all(a <= step for a in arrivals):
             break
@@ -115,7 +125,14 @@ def replay(args) -> tuple[Scheduler, list[dict]]:
             request = scheduler.requests[rid]
             computed = out.num_computed_tokens[rid]  # cursor before the step, after any prefix-cache hit
             kind = "decode" if computed >= request.num_prompt_tokens and num == 1 else "prefill"
-            rows.append((rid, kind, num, computed + num, request.num_tokens))
+            reached = computed + num
+            notes = []
+            if out.num_cached_tokens.get(rid):
+                notes.append(f"hit {out.num_cached_tokens[rid]}")
+            if scheduler.align_gdn_chunks and kind == "prefill" and reached < request.num_tokens \
+                    and reached % args.block_size == 0:
+                notes.append("aligned")
+            rows.append((rid, kind, num, reached, request.num_tokens, " ".join(notes)))
         records.append(dict(step=step, rows=rows, used=out.total_num_scheduled_tokens, free=out.num_free_blocks,
                             preempted=sorted(out.preempted_req_ids), attn_state=attn_state))
         scheduler.update_from_output(out, {r: [1] for r in out.sampling_req_ids})
@@ -125,11 +142,11 @@ def replay(args) -> tuple[Scheduler, list[dict]]:
 def format_record(record: dict, budget: int) -> str:
     """One step as a line of text."""
     parts = []
-    for rid, kind, num, reached, total in record["rows"]:
+    for rid, kind, num, reached, total, notes in record["rows"]:
         if kind == "decode":
             parts.append(f"{rid}: decode {num}")
         else:
-            parts.append(f"{rid}: prefill {num} ({reached}/{total})")
+            parts.append(f"{rid}: prefill {num} ({reached}/{total})" + (f" {notes}" if notes else ""))
     batch = ", ".join(parts) or "(nothing scheduled)"
     preempted = ",".join(record["preempted"]) or "-"
     return (f"step {record['step']:>3} | {batch} | budget {record['used']}/{budget} | "
@@ -148,7 +165,7 @@ def plot(records: list[dict], budget: int, path: str) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(records) + 2), 4))
     for record in records:
         bottom = 0
-        for rid, kind, num, _, _ in record["rows"]:
+        for rid, kind, num, *_ in record["rows"]:
             ax.bar(record["step"], num, bottom=bottom, color=colors[rid], edgecolor="black", linewidth=0.5,
                    hatch="//" if kind == "prefill" else None)
             if num >= 1:
@@ -174,8 +191,10 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    hybrid = (f" gdn_groups={args.gdn_groups} gdn_mode={'align' if scheduler.align_gdn_chunks else 'none'}"
+              if args.gdn_groups else "")
     print(f"qwen_ops scheduler: max_num_batched_tokens={args.budget} max_num_seqs={args.max_num_seqs} "
-          f"block_size={args.block_size} usable_blocks={args.blocks - 1} policy={args.policy}")
+          f"block_size={args.block_size} usable_blocks={args.blocks - 1} policy={args.policy}{hybrid}")
     for record in records:
         print(format_record(record, args.budget))
     if scheduler.has_unfinished_requests() or max(args.arrivals) > args.max_steps:

@@ -2,6 +2,7 @@
 
     python bench/scheduler/bench_scheduler.py                    # qwen_ops only
     VLLM_TARGET_DEVICE=cpu /work/vllm-venv/bin/python bench/scheduler/bench_scheduler.py   # side by side
+    ... bench_scheduler.py --gdn-groups 3                        # a hybrid model (Qwen3.5's 3 GDN groups)
 
 Every request has a 512-token prompt (block size 128, prefix caching on, as vLLM
 defaults); after the prefills, each timed step decodes one token for every
@@ -62,13 +63,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=200, help="timed decode steps per run")
     parser.add_argument("--sizes", default="256,1024", help="numbers of running requests")
+    parser.add_argument("--gdn-groups", type=int, default=0, help="GDN groups of a hybrid model (0: attention only)")
     args = parser.parse_args()
     with_vllm = vllm_available()
     sizes = [int(x) for x in args.sizes.split(",")]
 
     if with_vllm:
         for n in sizes:  # same decisions first (short replay, untimed)
-            workload = decode_workload(n)
+            workload = decode_workload(n, gdn_groups=args.gdn_groups)
             ours, theirs = run(OursDriver(workload.config), workload, 40), run(VllmDriver(workload.config), workload, 40)
             same = ours == theirs
             print(f"{n} requests: first 40 steps identical to vLLM: {same}")
@@ -77,9 +79,10 @@ def main():
 
     rows = []
     for n in sizes:
-        workload = decode_workload(n)
+        workload = decode_workload(n, gdn_groups=args.gdn_groups)
         ours = time_steps(OursDriver(workload.config), workload, args.steps)
-        theirs = time_steps(VllmDriver(workload.config), decode_workload(n), args.steps) if with_vllm else None
+        theirs = (time_steps(VllmDriver(workload.config), decode_workload(n, gdn_groups=args.gdn_groups), args.steps)
+                  if with_vllm else None)
         rows.append((n, ours, theirs))
 
     print(f"\nmedian per step over {args.steps} decode steps (microseconds)")

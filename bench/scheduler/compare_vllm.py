@@ -4,11 +4,15 @@ Needs vLLM installed in the running interpreter (it is never a project dependenc
 
     python3 -m venv /work/vllm-venv && /work/vllm-venv/bin/pip install vllm==0.33.0
     VLLM_TARGET_DEVICE=cpu /work/vllm-venv/bin/python bench/scheduler/compare_vllm.py --workloads 500
+    VLLM_TARGET_DEVICE=cpu /work/vllm-venv/bin/python bench/scheduler/compare_vllm.py --hybrid --workloads 500
 
 Each step's record holds the batch (request ids and token counts, in order), the
 preempted and finished ids, the free block count, every scheduled request's block
-table and cursor, the draft tokens scheduled, and what update_from_output returned.
-Exit status 1 if any workload differs.
+table (per KV cache group on a hybrid model) and cursor, the prefix hit of every
+admitted request, the draft tokens scheduled, and what update_from_output returned.
+--hybrid runs hybrid (GDN + attention) models: vLLM's KVCacheConfig with 1-3
+MambaSpec groups before one FullAttentionSpec group, "align" mode with prefix
+caching and "none" mode without. Exit status 1 if any workload differs.
 """
 
 import argparse
@@ -16,7 +20,7 @@ import json
 import random
 import sys
 
-from harness import OursDriver, VllmDriver, random_workload, run
+from harness import OursDriver, VllmDriver, random_hybrid_workload, random_workload, run
 
 
 def first_difference(ours, theirs):
@@ -35,12 +39,14 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="seed of the first workload")
     parser.add_argument("--max-steps", type=int, default=400, help="steps per workload at most")
     parser.add_argument("--stop-at-first", action="store_true", help="stop at the first difference")
+    parser.add_argument("--hybrid", action="store_true", help="hybrid GDN + attention models")
     args = parser.parse_args()
 
     matched, differed, steps, vllm_failed = 0, [], 0, []
-    features = {"prefix_caching": 0, "priority": 0, "spec": 0, "preempting": 0, "no_chunking": 0}
+    features = {"prefix_caching": 0, "priority": 0, "spec": 0, "preempting": 0, "no_chunking": 0, "hits": 0}
+    make_workload = random_hybrid_workload if args.hybrid else random_workload
     for seed in range(args.seed, args.seed + args.workloads):
-        workload = random_workload(random.Random(seed))
+        workload = make_workload(random.Random(seed))
         ours = run(OursDriver(workload.config), workload, args.max_steps)
         try:
             theirs = run(VllmDriver(workload.config), workload, args.max_steps)
@@ -58,6 +64,7 @@ def main():
             features["spec"] += cfg["num_speculative_tokens"] > 0
             features["no_chunking"] += not cfg["enable_chunked_prefill"]
             features["preempting"] += any(r["preempted"] for r in ours)
+            features["hits"] += any(any(r["hits"].values()) for r in ours)
         else:
             step, detail = difference
             differed.append(seed)

@@ -9,6 +9,7 @@ and draft tokens.
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import random
 import sys
@@ -127,10 +128,50 @@ def random_workload(rng: random.Random) -> Workload:
     return Workload(config, requests, aborts)
 
 
-def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 100_000) -> Workload:
-    """num_requests requests that all reach decode and stay there (benchmark)."""
+def random_hybrid_workload(rng: random.Random) -> Workload:
+    """A random workload on a hybrid (GDN + attention) model: random_workload's, plus 1-3 GDN groups.
+
+    Without prefix caching each request holds one GDN page per group (plus the
+    speculative ones); with it (vLLM's "align" mode, which needs chunked
+    prefill) at most two (plus those). The pool is sized so that one request of
+    max_model_len fits, up to 4x that: small pools preempt. A quarter of them use
+    blocks of 32 or 64 tokens, often wider than the token budget.
+    """
+    workload = random_workload(rng)
+    config = workload.config
+    groups = rng.choice([1, 2, 3])
+    config["num_gdn_groups"] = groups
+    if config["enable_prefix_caching"]:
+        config["enable_chunked_prefill"] = True
+    if rng.random() < 0.25:
+        # Blocks wider than many budgets: align-mode chunks that end mid-block and re-align.
+        config["block_size"] = rng.choice([32, 64])
+    spec_tokens = config["num_speculative_tokens"]
+    pages = groups * ((2 if config["enable_prefix_caching"] else 1) + spec_tokens)
+    blocks_for_one = -(-(config["max_model_len"] + spec_tokens) // config["block_size"]) + pages
+    config["num_blocks"] = 1 + rng.randint(blocks_for_one, blocks_for_one * rng.choice([1, 1, 2, 4]))
+    # More reuse than random_workload: a GDN hit needs a state cached at exactly the hit's end,
+    # so repeat earlier prompts whole, cut at or off a block boundary, or extended.
+    specs = workload.requests
+    for i in range(1, len(specs)):
+        if rng.random() < 0.5:
+            earlier = specs[rng.randrange(i)].prompt
+            cut = rng.choice([len(earlier), rng.randint(1, len(earlier)),
+                              len(earlier) // config["block_size"] * config["block_size"]])
+            tail = [rng.randrange(1, VOCAB) for _ in range(rng.choice([0, 1, rng.randint(1, 40)]))]
+            prompt = (earlier[:cut] + tail)[: config["max_model_len"] - 1] or [1]
+            specs[i].prompt = prompt
+            if rng.random() < 0.5:
+                specs[i].arrival_step = specs[rng.randrange(i)].arrival_step  # same-step arrivals
+    return workload
+
+
+def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 100_000,
+                    gdn_groups: int = 0) -> Workload:
+    """num_requests requests that all reach decode and stay there (benchmark); gdn_groups > 0: a
+    hybrid model (prefix caching on: align mode, two GDN pages per group per request)."""
     block_size = 128
-    per_request = -(-(prompt_len + 200) // block_size) + 1
+    per_request = -(-(prompt_len + 200) // block_size) + 1 + 2 * gdn_groups
     config = dict(
         max_num_batched_tokens=max(16384, num_requests),
         max_num_seqs=num_requests,
@@ -144,6 +185,8 @@ def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 
         reserve_full_prompt=True,
         num_speculative_tokens=0,
     )
+    if gdn_groups:
+        config["num_gdn_groups"] = gdn_groups
     rng = random.Random(0)
     requests = [
         RequestSpec(f"r{i}", [rng.randrange(1, VOCAB) for _ in range(prompt_len)], max_tokens, 0, ignore_eos=True)
@@ -164,6 +207,7 @@ class OursDriver:
         self.mod = load_ours()
         self.config = config
         self.scheduler = self.mod.Scheduler(self.mod.SchedulerConfig(**config))
+        self.hybrid = config.get("num_gdn_groups", 0) > 0
 
     def add(self, spec: RequestSpec, arrival_time: float):
         self.scheduler.add_request(
@@ -193,9 +237,13 @@ class OursDriver:
             "preempted": sorted(out.preempted_req_ids),
             "finished": sorted(out.finished_req_ids),
             "free_blocks": out.num_free_blocks,
-            "blocks": {r: list(out.block_ids[r]) for r in out.num_scheduled_tokens},
+            "blocks": {
+                r: [list(t) for t in out.group_block_ids[r]] if self.hybrid else list(out.block_ids[r])
+                for r in out.num_scheduled_tokens
+            },
             "spec": {r: list(t) for r, t in out.scheduled_spec_decode_tokens.items()},
             "cursor": {r: requests[r].num_computed_tokens for r in out.num_scheduled_tokens},
+            "hits": dict(sorted(out.num_cached_tokens.items())),
         }
         sampling = {r: len(out.scheduled_spec_decode_tokens.get(r, ())) for r in out.sampling_req_ids}
         return out, record, sampling
@@ -223,7 +271,7 @@ class VllmDriver:
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.config = config
@@ -250,17 +298,49 @@ class VllmDriver:
             scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config,
             speculative_config=speculative_config,
         )
+        attention = KVCacheGroupSpec(
+            ["layer"], FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        )
+        groups = config.get("num_gdn_groups", 0)
+        self.hybrid = groups > 0
+        scheduler_block_size = hash_block_size = block_size
+        retention = None
+        if self.hybrid:
+            # What vLLM's MambaModelConfig sets up: "align" mode (GDN block = attention block)
+            # with prefix caching, else "none" (one GDN page of max_model_len tokens).
+            align = config["enable_prefix_caching"]
+            mode = "align" if align else "none"
+            gdn_block_size = block_size if align else config["max_model_len"]
+            cache_config.mamba_cache_mode = mode
+            cache_config.mamba_block_size = gdn_block_size
+            gdn = [
+                KVCacheGroupSpec(
+                    [f"gdn{g}"],
+                    MambaSpec(block_size=gdn_block_size, shapes=((1,),), dtypes=(torch.float32,),
+                              mamba_cache_mode=mode, num_speculative_blocks=k),
+                )
+                for g in range(groups)
+            ]
+            # get_kv_cache_groups' order for Qwen3.5: the GDN groups, then attention.
+            kv_cache_groups = gdn + [attention]
+            # resolve_kv_cache_block_sizes: the LCM of the group block sizes; hashing at the
+            # attention block size in align mode.
+            scheduler_block_size = math.lcm(block_size, gdn_block_size)
+            hash_block_size = block_size if align else scheduler_block_size
+            retention = 0  # the engine's CacheConfig default (a bare KVCacheConfig says None)
+        else:
+            kv_cache_groups = [attention]
         kv_cache_config = KVCacheConfig(
             num_blocks=config["num_blocks"],
             kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32))
-            ],
+            kv_cache_groups=kv_cache_groups,
+            prefix_cache_retention_interval=retention,
         )
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
-            block_size=block_size,
+            block_size=scheduler_block_size,
+            hash_block_size=hash_block_size,
             structured_output_manager=StructuredOutputManager(vllm_config),
             log_stats=False,
         )
@@ -270,7 +350,7 @@ class VllmDriver:
         from vllm.utils.hashing import sha256
 
         init_none_hash(sha256)
-        self.block_hasher = get_request_block_hasher(block_size, sha256)
+        self.block_hasher = get_request_block_hasher(hash_block_size, sha256)
 
     @classmethod
     def _dummy_model_dir(cls):
@@ -316,9 +396,18 @@ class VllmDriver:
             "preempted": sorted(out.preempted_req_ids),
             "finished": sorted(out.finished_req_ids),
             "free_blocks": manager.block_pool.get_num_free_blocks(),
-            "blocks": {r: list(manager.get_block_ids(r)[0]) for r in out.num_scheduled_tokens},
+            "blocks": {
+                r: [list(t) for t in manager.get_block_ids(r)] if self.hybrid else list(manager.get_block_ids(r)[0])
+                for r in out.num_scheduled_tokens
+            },
             "spec": {r: list(t) for r, t in out.scheduled_spec_decode_tokens.items()},
             "cursor": {r: requests[r].num_computed_tokens for r in out.num_scheduled_tokens},
+            # The prefix hit of each admitted (new or resumed) request: its cursor before the step.
+            "hits": dict(sorted(
+                [(n.req_id, n.num_computed_tokens) for n in out.scheduled_new_reqs]
+                + [(r, c) for r, c in zip(out.scheduled_cached_reqs.req_ids, out.scheduled_cached_reqs.num_computed_tokens)
+                   if r in out.scheduled_cached_reqs.resumed_req_ids]
+            )),
         }
         sampling = {}
         for r in out.num_scheduled_tokens:

@@ -36,8 +36,9 @@ def test_mixed_batch_equals_each_request_alone(text_checkpoint, gen):
 def test_preemption_equals_plenty_of_blocks(text_checkpoint, gen):
     batch = prompts(gen, [30, 28, 25, 20])
     plenty = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
-    # 10 usable blocks of 8 tokens: four requests of ~35 tokens cannot all stay resident.
-    scarce = LLM(text_checkpoint, num_blocks=11, block_size=8, max_num_seqs=4)
+    # 15 usable blocks of 8 tokens, 3 of them each request's GDN state pages (one per GDN group):
+    # four requests of ~35 tokens cannot all stay resident.
+    scarce = LLM(text_checkpoint, num_blocks=16, block_size=8, max_num_seqs=4)
     params = SamplingParams(max_tokens=20, temperature=0, detokenize=False)  # requests outgrow their blocks
     expected = tokens(plenty.generate(batch, params))
     assert tokens(scarce.generate(batch, params)) == expected
@@ -52,7 +53,7 @@ def test_persistent_batch_follows_the_scheduler(text_checkpoint, gen):
     batch = prompts(gen, [30, 28, 25, 20, 6])
     params = [SamplingParams(max_tokens=n, temperature=0, detokenize=False) for n in (20, 3, 14, 20, 9)]
     plenty = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4)
-    scarce = LLM(text_checkpoint, num_blocks=11, block_size=8, max_num_seqs=4)
+    scarce = LLM(text_checkpoint, num_blocks=16, block_size=8, max_num_seqs=4)
     rows, prepare = scarce.input_batch, scarce.input_batch.prepare
     checked = []
 

@@ -206,3 +206,15 @@ def test_prompt_length_limit_is_max_model_len_minus_one(text_checkpoint, gen):
     out = llm.generate([torch.randint(1, 256, (23,), generator=gen).tolist()],
                        SamplingParams(max_tokens=5, temperature=0, ignore_eos=True, detokenize=False))
     assert len(out[0].outputs[0].token_ids) == 1 and out[0].outputs[0].finish_reason == "length"
+
+
+def test_prefix_caching_is_refused_until_the_model_keeps_gdn_states_in_the_pool(text_checkpoint):
+    # The scheduler runs vLLM's align mode; the model does not read GDN states from pages yet.
+    with pytest.raises(ValueError, match=r"LLM\(enable_prefix_caching=True\) is not supported yet"):
+        LLM(text_checkpoint, num_blocks=16, max_num_seqs=2, enable_prefix_caching=True)
+
+
+def test_the_engine_schedules_the_gdn_layers_as_vllm_groups(text_checkpoint):
+    llm = LLM(text_checkpoint, num_blocks=16, max_num_seqs=2)
+    assert (len(llm.config.linear_attention_layers), len(llm.config.full_attention_layers)) == (3, 1)
+    assert llm.scheduler_config.num_gdn_groups == 3  # Qwen3.5's 3:1 layout: one group per GDN layer here

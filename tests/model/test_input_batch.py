@@ -21,7 +21,7 @@ EOS = 0
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_rows_follow_the_scheduler_through_preemption_finish_and_abort(policy, gen):
     config = SchedulerConfig(max_num_batched_tokens=12, max_num_seqs=4, block_size=BLOCK_SIZE, num_blocks=17,
-                             max_model_len=MAX_MODEL_LEN, policy=policy, num_state_slots=4,
+                             max_model_len=MAX_MODEL_LEN, policy=policy, num_gdn_groups=3,
                              long_prefill_token_threshold=5)  # several prefill chunks share a step
     scheduler = Scheduler(config)
     batch = InputBatch(config.max_num_seqs, MAX_MODEL_LEN // BLOCK_SIZE, BLOCK_SIZE)
@@ -76,7 +76,7 @@ def test_rows_follow_the_scheduler_through_preemption_finish_and_abort(policy, g
 
 def test_out_of_step_batch_is_an_error(gen):
     config = SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=2, block_size=BLOCK_SIZE, num_blocks=16,
-                             max_model_len=MAX_MODEL_LEN, num_state_slots=2)
+                             max_model_len=MAX_MODEL_LEN, num_gdn_groups=3)
     scheduler = Scheduler(config)
     batch = InputBatch(2, MAX_MODEL_LEN // BLOCK_SIZE, BLOCK_SIZE)
     scheduler.add_request(Request("a", [1, 2, 3], 4))

@@ -11,7 +11,8 @@ from qwen_ops.scheduling.block_pool import NULL_BLOCK
 from qwen_ops.scheduling.step_metadata import AttentionState, StepMetadata
 
 
-def reference_attention_state(context_lens, query_lens, num_drafts, enable_chunked_prefill) -> AttentionState:
+def reference_attention_state(context_lens, query_lens, num_drafts, enable_chunked_prefill,
+                              num_cached_tokens=None) -> AttentionState:
     """The issue's state rules written row by row, independently of scheduling.step_metadata.
 
     The state looks at query lengths only (as vLLM-Ascend does), not at how rows are laid out.
@@ -23,6 +24,9 @@ def reference_attention_state(context_lens, query_lens, num_drafts, enable_chunk
         return AttentionState.DecodeOnly
     if any(drafts > 0 for _, _, drafts in rows) and all(query - drafts == 1 for _, query, drafts in rows):
         return AttentionState.SpecDecoding
+    hits = num_cached_tokens or [0] * len(rows)
+    if all(hit > 0 and hit == context for hit, (context, _, _) in zip(hits, rows)):
+        return AttentionState.PrefillCacheHit  # every request is a prefill starting at its prefix hit
     return AttentionState.ChunkedPrefill if enable_chunked_prefill else AttentionState.PrefillCacheHit
 
 
@@ -104,5 +108,6 @@ def reference_build_step_metadata(
         num_actual_tokens=num_tokens,
         state_indices=state_indices,
         has_initial_state=torch.tensor([c > 0 for c in context_lens], dtype=torch.bool),
-        attn_state=reference_attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill),
+        attn_state=reference_attention_state(context_lens, query_lens, drafts, out.enable_chunked_prefill,
+                                             [out.num_cached_tokens.get(r, 0) for r in req_ids]),
     )

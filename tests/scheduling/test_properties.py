@@ -183,6 +183,9 @@ def check_metadata_matches_reference(s, out):
 @given(workloads(), st.booleans())
 def test_step_metadata_matches_the_per_row_reference(workload, hybrid):
     config, requests, aborts = workload
-    if hybrid:  # GDN state slots (no prefix caching there)
-        config = SchedulerConfig(**{**config.__dict__, "enable_prefix_caching": False, "num_state_slots": 3})
+    if hybrid:  # 3 GDN groups in the same pool: room for their pages, align mode when chunked
+        caching = config.enable_prefix_caching and config.enable_chunked_prefill
+        pages = 3 * ((2 if caching else 1) + config.num_speculative_tokens)
+        config = SchedulerConfig(**{**config.__dict__, "enable_prefix_caching": caching, "num_gdn_groups": 3,
+                                    "num_blocks": config.num_blocks + pages})
     replay(config, requests, aborts, check=check_metadata_matches_reference)

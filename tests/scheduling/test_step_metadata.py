@@ -99,24 +99,29 @@ def test_spec_decoding_state_and_logits_rows():
     assert m.input_ids.tolist() == [1, 3, 4, 1, 5]
 
 
-def test_gdn_state_slots_follow_requests():
-    s = make_scheduler(num_state_slots=2, max_num_seqs=4)
+def test_gdn_state_pages_follow_requests():
+    # 3 GDN groups and attention share 8 usable blocks: a 4-token request takes one page per
+    # GDN group plus one attention block, so two fit and r2 waits for blocks.
+    s = make_scheduler(num_gdn_groups=3, max_num_seqs=4, num_blocks=9)
     for i in range(3):
         s.add_request(make_request(f"r{i}", 4, max_tokens=1, arrival=float(i)))
     out = s.schedule()
-    assert out.state_slots == {"r0": 0, "r1": 1}  # no third slot: r2 waits
-    assert out.num_free_state_slots == 0
+    assert out.group_block_ids == {"r0": ([1], [2], [3], [4]), "r1": ([5], [6], [7], [8])}
+    assert out.state_slots == {"r0": 0, "r1": 1}  # compact state rows, for engines keeping states apart
+    assert out.num_free_blocks == 0
     m = build_step_metadata(out)
     assert m.state_indices.tolist() == [0, 1]
     assert m.has_initial_state.tolist() == [False, False]
     s.update_from_output(out, {"r0": [1], "r1": [1]})  # both finish (max_tokens=1)
     out = s.schedule()
-    assert out.state_slots == {"r2": 1}  # the most recently freed slot is reused first
-    assert s.num_free_state_slots == 1
+    # Freed group by group, each to the front of the free queue: the last freed is reused first.
+    assert out.group_block_ids == {"r2": ([8], [7], [6], [5])}
+    assert out.state_slots == {"r2": 1}  # the most recently freed row is reused first
+    assert s.num_free_blocks == 4
 
 
 def test_has_initial_state_after_a_chunk():
-    s = make_scheduler(num_state_slots=4, max_num_batched_tokens=4)
+    s = make_scheduler(num_gdn_groups=3, max_num_batched_tokens=4)
     s.add_request(make_request("a", 10))
     step(s)
     m = build_step_metadata(s.schedule())
@@ -170,6 +175,32 @@ A = AttentionState
 def test_attention_state_rule_boundaries(context, query, drafts, chunked, expected):
     assert attention_state(context, query, drafts, chunked) is expected
     assert reference_attention_state(context, query, drafts, chunked) is expected
+
+
+@pytest.mark.parametrize(
+    "context, query, hits, expected",
+    [
+        ([16, 32], [4, 3], [16, 32], A.PrefillCacheHit),  # every request starts at its prefix hit
+        ([16, 0], [4, 3], [16, 0], A.ChunkedPrefill),  # one starts from scratch
+        ([16, 20], [4, 1], [16, 0], A.ChunkedPrefill),  # a decode joins
+        ([16, 32], [4, 3], [16, 16], A.ChunkedPrefill),  # one continues past its hit (an earlier chunk)
+        ([16, 32], [1, 1], [16, 32], A.DecodeOnly),  # one-token tails after their hits: the query rule first
+    ],
+)
+def test_prefix_hit_prefills_are_prefill_cache_hit(context, query, hits, expected):
+    assert attention_state(context, query, [0] * len(query), True, hits) is expected
+    assert reference_attention_state(context, query, [0] * len(query), True, hits) is expected
+
+
+def test_a_repeated_prompt_on_a_hybrid_model_is_a_prefill_cache_hit_step():
+    s = make_scheduler(num_gdn_groups=3, enable_prefix_caching=True, max_num_batched_tokens=32, num_blocks=40)
+    s.add_request(make_request("a", 10, max_tokens=1))
+    while s.has_unfinished_requests():
+        step(s)
+    s.add_request(make_request("b", 10, max_tokens=1))
+    out = s.schedule()
+    assert out.num_cached_tokens == {"b": 8}  # two blocks of 4; the last token is always computed
+    assert build_step_metadata(out).attn_state is AttentionState.PrefillCacheHit
 
 
 def test_bad_arguments_are_named():

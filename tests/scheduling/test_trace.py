@@ -76,3 +76,19 @@ def test_a_run_cut_by_max_steps_says_so(capsys):
     assert "note: stopped at --max-steps 2" in captured.err
     assert main(README_EXAMPLE) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+HYBRID_EXAMPLE = ["--gdn-groups", "3", "--prefix-caching", "--prompts", "50,50,60", "--shared-prefix", "40",
+                  "--arrivals", "1,4,8", "--outputs", "2", "--budget", "64", "--block-size", "16"]
+
+
+def test_hybrid_align_example_shows_aligned_chunks_and_hits(capsys):
+    assert main(HYBRID_EXAMPLE) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("gdn_groups=3 gdn_mode=align")
+    assert lines[1].startswith("step   1 | a: prefill 48 (48/50) aligned |")  # not 50: the state at 48 is cached
+    assert lines[2].startswith("step   2 | a: prefill 2 (50/50) |")
+    # b shares 40 tokens: attention hits 32, but no GDN state there, so b stops at the junction.
+    assert lines[4].startswith("step   4 | b: prefill 32 (32/50) aligned |")
+    assert lines[8].startswith("step   8 | c: prefill 16 (48/60) hit 32 aligned |")
+    assert lines[8].endswith("PrefillCacheHit")
