@@ -17,7 +17,7 @@ pybind11::dict build_info() {
 }  // namespace
 
 #ifdef QWEN_OPS_ASCENDC
-// bindings/ascendc_ops.cpp: the Ascend C kernels (stand-in or CANN).
+// bindings/ascendc/binding.cpp: the Ascend C kernels (stand-in or CANN).
 void qwen_register_ascendc(pybind11::module_& m);
 #endif
 

@@ -1,11 +1,10 @@
 """Which kernel backend each op of the model runs on.
 
 An engine asks for one backend (``LLM(backend=...)``), but a backend may
-implement only some ops: the Ascend C kernels cover the decode path
-(``reshape_and_cache``, ``paged_decode_attention``, the recurrent GDN update,
-``causal_conv1d_update``) and nothing else yet. The model then runs every op
-that backend implements on it, and the others on the device's default
-backend, so a partial backend still serves a whole step.
+implement only some ops (see the README's op table: the Ascend C kernels do
+not cover every op yet). The model then runs every op that backend
+implements on it, and the others on the device's default backend, so a
+partial backend still serves a whole step.
 """
 from __future__ import annotations
 
@@ -25,11 +24,20 @@ def backend_chooser(requested: str | None) -> Callable[[str], str | None]:
     return choose
 
 
+# The ops a Qwen3.5 step calls (model/attention.py, model/gdn.py); tests/model/test_backends.py
+# checks this against the ops a step really dispatches.
+MODEL_OPS = ("reshape_and_cache", "mixed_attention", "fused_gdn_gating", "causal_conv1d_update", "causal_conv1d_fn",
+             "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule")
+
+
 def describe(requested: str | None) -> str:
-    """One line for the engine's start-up report: which ops fall back, if any."""
+    """One line for the engine's start-up report: which of the model's ops run on the
+    requested backend and which fall back to the device default."""
     if requested is None:
         return "backend: chosen by device for every op"
-    fallback = sorted(op for op, impls in IMPLEMENTATIONS.items() if requested not in impls)
+    served = sorted(op for op in MODEL_OPS if requested in IMPLEMENTATIONS[op])
+    fallback = sorted(op for op in MODEL_OPS if requested not in IMPLEMENTATIONS[op])
     if not fallback:
         return f"backend: {requested} for every op"
-    return f"backend: {requested}; device default for {', '.join(fallback)} (not implemented by {requested})"
+    return (f"backend: {requested} for {', '.join(served) or 'no op'}; device default for {', '.join(fallback)} "
+            f"(not implemented by {requested})")

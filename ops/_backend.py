@@ -58,6 +58,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "causal_conv1d_fn": {
         "torch": "conv.reference:causal_conv1d_fn",
         "triton": "conv.triton:causal_conv1d_fn",
+        "ascendc": "ascendc_backend:causal_conv1d_fn",
     },
     "causal_conv1d_update": {
         "torch": "conv.reference:causal_conv1d_update",
@@ -67,6 +68,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "fused_gdn_gating": {
         "torch": "gdn.reference_gating:fused_gdn_gating",
         "triton": "gdn.triton_gating:fused_gdn_gating",
+        "ascendc": "ascendc_backend:fused_gdn_gating",
     },
 }
 

@@ -23,7 +23,7 @@ import torch
 from ._backend import BackendError
 
 KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
-           "causal_conv1d_update")
+           "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating")
 
 _local = threading.local()
 
@@ -110,3 +110,17 @@ def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, ac
     return _ext().ascendc_causal_conv1d_update(
         _c(x), _in_place(op, "conv_states", conv_states), _c(weight), _c(bias), _c(cache_indices),
         activation == "silu", **_config())
+
+
+def causal_conv1d_fn(*, x, weight, bias=None, conv_states, query_start_loc, cache_indices, has_initial_state,
+                     activation="silu") -> torch.Tensor:
+    op = "causal_conv1d_fn"
+    if activation not in (None, "silu"):
+        raise BackendError(f"{op}: backend 'ascendc' supports activation 'silu' or None, got {activation!r}")
+    return _ext().ascendc_causal_conv1d_fn(
+        _c(x), _c(weight), _c(bias), _in_place(op, "conv_states", conv_states), _c(query_start_loc),
+        _c(cache_indices), _c(has_initial_state), activation == "silu", **_config())
+
+
+def fused_gdn_gating(*, A_log, a, b, dt_bias):
+    return _ext().ascendc_fused_gdn_gating(_c(A_log), _c(a), _c(b), _c(dt_bias), **_config())

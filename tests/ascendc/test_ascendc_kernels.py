@@ -352,6 +352,229 @@ def test_causal_conv1d_update_fills_unified_buffer(gen):
     assert 0.9 * UB_USABLE < info["ub_high_water"] <= UB_USABLE
 
 
+# ----------------------------------------------------------------------------- causal_conv1d_fn
+
+def _conv_fn_case(gen, *, lens, channels, width, dtype=torch.float32, state_dtype=None, weight_dtype=None,
+                  bias_dtype=None, with_bias=True, slots=None, has_init=None, index_dtype=torch.int32, pool=None):
+    n = len(lens)
+    qsl = torch.tensor([0] + torch.tensor(lens, dtype=torch.int64).cumsum(0).tolist(), dtype=index_dtype)
+    pool = pool or n + 3
+    slots = list(range(n)) if slots is None else slots
+    has_init = [True] * n if has_init is None else has_init
+    return dict(
+        x=torch.randn(sum(lens), channels, generator=gen).to(dtype),
+        weight=torch.randn(channels, width, generator=gen).to(weight_dtype or dtype),
+        bias=torch.randn(channels, generator=gen).to(bias_dtype or dtype) if with_bias else None,
+        conv_states=torch.randn(pool, width - 1, channels, generator=gen).to(state_dtype or dtype),
+        query_start_loc=qsl, cache_indices=torch.tensor(slots, dtype=index_dtype),
+        has_initial_state=torch.tensor(has_init, dtype=torch.bool))
+
+
+def _conv_fn_both(case, activation="silu", **config):
+    res = {}
+    for backend in ("torch", "ascendc"):
+        states = case["conv_states"].clone()
+        with ab.launch_config(**config):
+            out = ops.causal_conv1d_fn(case["x"], case["weight"], case["bias"], conv_states=states,
+                                       query_start_loc=case["query_start_loc"], cache_indices=case["cache_indices"],
+                                       has_initial_state=case["has_initial_state"], activation=activation,
+                                       backend=backend)
+            info = ab.last_launch() if backend == "ascendc" else None
+        res[backend] = (out, states, info)
+    return res
+
+
+def _conv_fn_check(res, dtype):
+    (o_t, s_t, _), (o_a, s_a, info) = res["torch"], res["ascendc"]
+    assert o_a.dtype == o_t.dtype
+    _close(o_a, o_t, dtype)
+    # The state is a copy of inputs (saved ones or x), converted to the pool's dtype once: exact.
+    assert torch.equal(s_a, s_t), "conv states differ from the reference"
+    return info
+
+
+# Lengths around K-1 = 3: shorter than the state (keeps saved inputs), empty
+# (state carried over, or zeroed without an initial state), exactly K-1, longer.
+EDGE_LENS = [5, 0, 1, 3, 2, 0, 9]
+EDGE_SLOTS = [3, 1, -1, 0, 6, 8, 4]          # -1: padding, nothing read or written
+EDGE_INIT = [True, False, True, True, False, True, False]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_dt)
+@pytest.mark.parametrize("width,channels", [(4, 64), (2, 100), (3, 33)])
+@pytest.mark.parametrize("activation,with_bias", [("silu", True), (None, False)])
+def test_causal_conv1d_fn(gen, dtype, width, channels, activation, with_bias):
+    case = _conv_fn_case(gen, lens=EDGE_LENS, channels=channels, width=width, dtype=dtype, with_bias=with_bias,
+                         slots=EDGE_SLOTS, has_init=EDGE_INIT, pool=9)
+    res = _conv_fn_both(case, activation)
+    _conv_fn_check(res, dtype)
+    states = res["ascendc"][1]
+    assert not states[1].any(), "an empty sequence without an initial state leaves a zero state"
+    for untouched in (2, 5, 7):  # pool rows no sequence owns
+        assert torch.equal(states[untouched], case["conv_states"][untouched])
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=_dt)
+def test_causal_conv1d_fn_mixed_dtypes(gen, index_dtype):
+    # half inputs, float32 states, bfloat16 weights, float32 bias; int64 metadata.
+    case = _conv_fn_case(gen, lens=[4, 1, 7], channels=96, width=4, dtype=torch.float16,
+                         state_dtype=torch.float32, weight_dtype=torch.bfloat16, bias_dtype=torch.float32,
+                         slots=[2, 0, 4], has_init=[True, True, False], index_dtype=index_dtype)
+    _conv_fn_check(_conv_fn_both(case), torch.float16)
+
+
+def test_causal_conv1d_fn_rounds_into_a_narrower_state(gen):
+    # float32 inputs saved into a float16 pool: rounded to nearest even, as torch's .to().
+    case = _conv_fn_case(gen, lens=[6, 2], channels=64, width=4, state_dtype=torch.float16, slots=[1, 0])
+    _conv_fn_check(_conv_fn_both(case), torch.float32)
+
+
+def test_causal_conv1d_fn_long_sequences_tiles_chunks_and_cores(gen):
+    # Several channel tiles (1000 channels in tiles of 64), several token chunks
+    # per sequence (64 tokens each) and more units than cores.
+    lens = [300, 17, 0, 129, 64, 1, 250]
+    case = _conv_fn_case(gen, lens=lens, channels=1000, width=4, slots=[7, 1, 3, -1, 0, 5, 2],
+                         has_init=[True, False, True, True, False, True, True], pool=8)
+    info = _conv_fn_check(_conv_fn_both(case, num_cores=5, max_tile=64), torch.float32)
+    tiling = info["tiling"]
+    assert info["block_dim"] == 5
+    assert tiling["tile_channels"] == 64 and tiling["num_tiles"] == 16 and tiling["tile_tokens"] == 64
+    assert tiling["units_per_core"] >= 2
+
+
+def test_causal_conv1d_fn_only_empty_sequences(gen):
+    # No tokens at all: states are carried over, or zeroed where there is no initial state.
+    case = _conv_fn_case(gen, lens=[0, 0, 0], channels=40, width=4, slots=[2, 0, -1], has_init=[True, False, False])
+    res = _conv_fn_both(case)
+    _conv_fn_check(res, torch.float32)
+    assert res["ascendc"][0].shape == (0, 40)
+    assert not res["ascendc"][1][0].any() and torch.equal(res["ascendc"][1][2], case["conv_states"][2])
+
+
+def test_causal_conv1d_fn_fills_unified_buffer(gen):
+    case = _conv_fn_case(gen, lens=[400, 300], channels=2048, width=4, slots=[1, 0])
+    info = _conv_fn_check(_conv_fn_both(case, num_cores=2), torch.float32)
+    assert info["tiling"]["num_tiles"] > 1 and info["tiling"]["tile_tokens"] < 400
+    assert 0.9 * UB_USABLE < info["ub_high_water"] <= UB_USABLE
+    assert info["ub_high_water"] == info["tiling"]["ub_planned"], "the planner mirrors the kernel's buffers"
+
+
+# ----------------------------------------------------------------------------- fused_gdn_gating
+
+def _gating_both(A_log, a, b, dt_bias, **config):
+    want = ops.fused_gdn_gating(A_log, a, b, dt_bias, backend="torch")
+    with ab.launch_config(**config):
+        got = ops.fused_gdn_gating(A_log, a, b, dt_bias, backend="ascendc")
+        info = ab.last_launch()
+    assert got[0].dtype == torch.float32 and got[1].dtype == b.dtype
+    return got, want, info
+
+
+def _gating_inputs(gen, t, hv, dtype, param_dtype=torch.float32, spread=3.0):
+    return (torch.randn(hv, generator=gen).to(param_dtype), (torch.randn(t, hv, generator=gen) * spread).to(dtype),
+            (torch.randn(t, hv, generator=gen) * spread).to(dtype), torch.randn(hv, generator=gen).to(param_dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_dt)
+@pytest.mark.parametrize("param_dtype", [torch.float32, torch.bfloat16], ids=_dt)
+@pytest.mark.parametrize("t,hv", [(1, 4), (37, 6), (5, 32)])
+def test_fused_gdn_gating(gen, dtype, param_dtype, t, hv):
+    got, want, _ = _gating_both(*_gating_inputs(gen, t, hv, dtype, param_dtype))
+    # g is float32 from float32 arithmetic whatever the inputs: float32 tolerance.
+    _close(got[0], want[0], torch.float32)
+    _close(got[1], want[1], dtype)
+
+
+def test_fused_gdn_gating_extremes(gen):
+    """softplus above torch's threshold of 20 (x itself), far below it (exp(x) ~ 0), and
+    sigmoid saturating at both ends: no inf or NaN, and the reference's values."""
+    hv = 8
+    A_log = torch.linspace(-2.0, 2.0, hv)
+    dt_bias = torch.zeros(hv)
+    a = torch.tensor([[-100.0, -30.0, -5.0, 0.0, 5.0, 19.9, 20.1, 100.0]]).repeat(3, 1)
+    b = torch.tensor([[-100.0, -30.0, -5.0, 0.0, 5.0, 20.0, 30.0, 100.0]]).repeat(3, 1)
+    got, want, _ = _gating_both(A_log, a, b, dt_bias)
+    assert torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all()
+    # |softplus difference| <= 1.2e-7 where exp(x) is below a float32 ulp of 1 (kernel doc).
+    torch.testing.assert_close(got[0], want[0], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got[1], want[1], atol=1e-7, rtol=1e-6)
+    assert torch.equal(got[0][:, 6:], want[0][:, 6:]), "above the threshold softplus(x) is x"
+
+
+def test_fused_gdn_gating_long_tiles_and_cores(gen):
+    got, want, info = _gating_both(*_gating_inputs(gen, 3000, 16, torch.bfloat16), num_cores=5, max_tile=64)
+    _close(got[0], want[0], torch.float32)
+    _close(got[1], want[1], torch.bfloat16)
+    assert info["block_dim"] == 5 and info["tiling"]["tile_rows"] == 64 and info["tiling"]["units_per_core"] >= 2
+
+
+def test_fused_gdn_gating_no_tokens(gen):
+    got, _, _ = _gating_both(*_gating_inputs(gen, 0, 4, torch.float16))
+    assert got[0].shape == (0, 4) and got[1].shape == (0, 4)
+
+
+def test_fused_gdn_gating_fills_unified_buffer(gen):
+    got, want, info = _gating_both(*_gating_inputs(gen, 4000, 64, torch.float32), num_cores=1)
+    _close(got[0], want[0], torch.float32)
+    assert info["tiling"]["num_tiles"] > 1
+    assert 0.95 * UB_USABLE < info["ub_high_water"] <= UB_USABLE
+    assert info["ub_high_water"] == info["tiling"]["ub_planned"], "the planner mirrors the kernel's buffers"
+
+
+# ----------------------------------------------------------------------------- bad input, as on the other backends
+
+def _bad_conv_fn(gen):
+    case = _conv_fn_case(gen, lens=[2, 3], channels=6, width=4, slots=[2, 0], has_init=[True, False], pool=3)
+    return ops.causal_conv1d_fn, dict(case, activation="silu")
+
+
+def _bad_gating(gen):
+    A_log, a, b, dt_bias = _gating_inputs(gen, 4, 3, torch.float32)
+    return ops.fused_gdn_gating, dict(A_log=A_log, a=a, b=b, dt_bias=dt_bias)
+
+
+def _set(name, make):
+    def mutate(call):
+        call[name] = make(call)
+    return mutate
+
+
+BAD_NEW_OPS = [
+    (_bad_conv_fn, "x int32", _set("x", lambda c: c["x"].to(torch.int32))),
+    (_bad_conv_fn, "weight channels", _set("weight", lambda c: c["weight"][:-1])),
+    (_bad_conv_fn, "bias shape", _set("bias", lambda c: c["bias"][:-1])),
+    (_bad_conv_fn, "conv_states width", _set("conv_states", lambda c: c["conv_states"][:, 1:])),
+    (_bad_conv_fn, "conv_states not contiguous",
+     _set("conv_states", lambda c: torch.stack([c["conv_states"]] * 2, dim=-1)[..., 0])),
+    (_bad_conv_fn, "activation relu", _set("activation", lambda c: "relu")),
+    (_bad_conv_fn, "query_start_loc not ending at T", _set("query_start_loc", lambda c: torch.tensor([0, 2, 4]))),
+    (_bad_conv_fn, "query_start_loc decreasing", _set("query_start_loc", lambda c: torch.tensor([0, 6, 5]))),
+    (_bad_conv_fn, "cache_indices out of range", _set("cache_indices", lambda c: torch.tensor([3, 0]))),
+    (_bad_conv_fn, "duplicate cache_indices", _set("cache_indices", lambda c: torch.tensor([2, 2]))),
+    (_bad_conv_fn, "cache_indices -2", _set("cache_indices", lambda c: torch.tensor([2, -2]))),
+    (_bad_conv_fn, "has_initial_state length", _set("has_initial_state", lambda c: c["has_initial_state"][:1])),
+    (_bad_gating, "a int32", _set("a", lambda c: c["a"].to(torch.int32))),
+    (_bad_gating, "b shape", _set("b", lambda c: c["b"][:, :2])),
+    (_bad_gating, "A_log shape", _set("A_log", lambda c: c["A_log"][:2])),
+    (_bad_gating, "dt_bias on another device", _set("dt_bias", lambda c: c["dt_bias"].to("meta"))),
+]
+
+
+@pytest.mark.parametrize("build,what,mutate", BAD_NEW_OPS, ids=[f"{b.__name__[5:]}:{w}" for b, w, _ in BAD_NEW_OPS])
+def test_new_ops_reject_bad_input_as_the_torch_backend_does(gen, build, what, mutate):
+    errors = {}
+    for backend in ("torch", "ascendc"):
+        fn, call = build(torch.Generator().manual_seed(7))
+        mutate(call)
+        before = {k: v.clone() for k, v in call.items() if isinstance(v, torch.Tensor) and not v.is_meta}
+        with pytest.raises((ValueError, TypeError)) as raised:
+            fn(**call, backend=backend)
+        errors[backend] = (type(raised.value), str(raised.value))
+        for name, old in before.items():
+            assert torch.equal(call[name], old), f"{what}: '{name}' was written on backend {backend}"
+    assert errors["ascendc"] == errors["torch"]
+
+
 # ----------------------------------------------------------------------------- failures surface as errors
 
 def test_kernel_fault_raises_runtime_error(gen):

@@ -7,7 +7,8 @@
 // tile, batch row), tile-major, so a core reloads the weight tile only when
 // its tile changes. The weight tile [nc, K] is transposed in the unified
 // buffer to K rows of channels so that each tap is one vector multiply.
-#include "common.h"
+#include "kernel_conv.h"
+#include "../op_host/causal_conv1d_update_tiling.h"
 
 using namespace AscendC;
 using namespace qwen_ascendc;
@@ -25,7 +26,6 @@ class CausalConv1dUpdateKernel {
     esX_ = DtypeSize(t.xDtype);
     esS_ = DtypeSize(t.stateDtype);
     esW_ = DtypeSize(t.weightDtype);
-    esB_ = DtypeSize(t.biasDtype);
 
     pipe_.InitBuffer(xIn_, 1, P * esX_);
     pipe_.InitBuffer(stateIn_, 1, (K - 1) * P * esS_);
@@ -61,27 +61,10 @@ class CausalConv1dUpdateKernel {
 
  private:
   __aicore__ inline void LoadWeights(uint32_t tile) {
-    const uint32_t P = t_.tileChannels, K = t_.width, C = t_.channels;
-    const uint32_t c0 = tile * P;
-    const uint32_t nc = MinU(P, C - c0);
-    LocalTensor<uint8_t> raw = wRawBuf_.Get<uint8_t>();
-    RowsIn(raw, gW_[static_cast<uint64_t>(c0) * K * esW_], 1, nc * K * esW_, 0, RoundUp(nc * K * esW_, 32));
-    Mte2ToV();
-    LocalTensor<float> lin = wLinBuf_.Get<float>();
-    ToFloat(lin, raw, t_.weightDtype, LocalTensor<half>(), nc * K);
-    // Transpose [nc, K] -> [K, P] with scalar moves (K is small).
-    VToS();
-    LocalTensor<float> wT = wTBuf_.Get<float>();
-    for (uint32_t c = 0; c < nc; ++c)
-      for (uint32_t k = 0; k < K; ++k) wT.SetValue(k * P + c, lin.GetValue(c * K + k));
-    LocalTensor<float> bf = biasBuf_.Get<float>();
-    if (t_.hasBias) {
-      LocalTensor<uint8_t> braw = wRawBuf_.Get<uint8_t>();  // reuse: the weights are already transposed
-      RowsIn(braw, gB_[static_cast<uint64_t>(c0) * esB_], 1, nc * esB_, 0, RoundUp(nc * esB_, 32));
-      Mte2ToV();
-      ToFloat(bf, braw, t_.biasDtype, LocalTensor<half>(), nc);
-    }
-    SToV();
+    const uint32_t c0 = tile * t_.tileChannels;
+    LoadConvTile(wTBuf_.Get<float>(), biasBuf_.Get<float>(), wRawBuf_.Get<uint8_t>(), wLinBuf_.Get<float>(), gW_, gB_,
+                 t_.weightDtype, t_.biasDtype, t_.hasBias, c0, MinU(t_.tileChannels, t_.channels - c0), t_.width,
+                 t_.tileChannels);
   }
 
   __aicore__ inline void Row(uint32_t tile, uint32_t b) {
@@ -123,12 +106,7 @@ class CausalConv1dUpdateKernel {
     Mul(tmp, xf, wT[(K - 1) * P], n);
     Add(acc, acc, tmp, n);
     if (t_.hasBias) Add(acc, acc, biasBuf_.Get<float>(), n);
-    if (t_.silu) {  // x * sigmoid(x) = x / (1 + exp(-x))
-      Muls(tmp, acc, -1.0f, n);
-      Exp(tmp, tmp, n);
-      Adds(tmp, tmp, 1.0f, n);
-      Div(acc, acc, tmp, n);
-    }
+    if (t_.silu) SiluInPlace(acc, tmp, n);
     WriteOut(outOff, acc, nc);
 
     // New state: rows 1..K-2 of the old one, then x in the state's dtype.
@@ -153,7 +131,7 @@ class CausalConv1dUpdateKernel {
   }
 
   CausalConv1dUpdateTiling t_;
-  uint32_t esX_ = 0, esS_ = 0, esW_ = 0, esB_ = 0;
+  uint32_t esX_ = 0, esS_ = 0, esW_ = 0;
   TPipe pipe_;
   TQue<TPosition::VECIN, 1> xIn_, stateIn_;
   TQue<TPosition::VECOUT, 1> outQ_, stateOut_;

@@ -10,7 +10,8 @@
 // float32 per query head (running max m, running sum l, accumulator acc).
 // INT8: k_scale is folded into the query (q * scale * k_scale) and v_scale is
 // applied to the accumulator at the end.
-#include "common.h"
+#include "kernel_common.h"
+#include "../op_host/paged_decode_attention_tiling.h"
 
 using namespace AscendC;
 using namespace qwen_ascendc;

@@ -6,7 +6,8 @@
 // Work split: each core takes a contiguous range of tokens; heads move in
 // tiles of `headsPerTile` rows of `pitch` (D rounded up to 32) elements, so
 // every row starts on a 32-byte boundary for any dtype.
-#include "common.h"
+#include "kernel_common.h"
+#include "../op_host/reshape_and_cache_tiling.h"
 
 using namespace AscendC;
 using namespace qwen_ascendc;

@@ -1,10 +1,10 @@
 // Helpers shared by the qwen_ops Ascend C kernels (device code: only
 // kernel_operator.h and our own headers).
-#ifndef QWEN_ASCENDC_KERNELS_COMMON_H
-#define QWEN_ASCENDC_KERNELS_COMMON_H
+#ifndef QWEN_ASCENDC_KERNEL_COMMON_H
+#define QWEN_ASCENDC_KERNEL_COMMON_H
 
 #include "kernel_operator.h"
-#include "tiling.h"
+#include "tiling_common.h"
 
 namespace qwen_ascendc {
 
@@ -180,4 +180,4 @@ __aicore__ inline void StoreFromFloat(OutQue& que, const GlobalTensor<uint8_t>& 
 
 }  // namespace qwen_ascendc
 
-#endif  // QWEN_ASCENDC_KERNELS_COMMON_H
+#endif  // QWEN_ASCENDC_KERNEL_COMMON_H

@@ -1,0 +1,187 @@
+"""Every ``qwen_ops._C.ascendc_*`` binding called directly with bad input.
+
+Once a step's metadata is checked once on the host (issue 9), the bindings'
+``TORCH_CHECK``s and the host tiling's limits are what stand between a bad
+call and device memory. Each binding gets, where the concept applies: a
+non-contiguous tensor, a wrong dtype, a wrong shape, an unsupported head dim
+(or size that no tile fits) and a block table with the wrong row count. Each
+must raise a clear error naming the problem, and write nothing. A positive
+control runs each valid call, so every failure is the breakage's.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qwen_ops.ops import _backend
+
+if "ascendc" not in _backend.available_backends():  # pragma: no cover - the extension is part of the build
+    pytest.skip("qwen_ops._C was built without the Ascend C kernels", allow_module_level=True)
+
+from qwen_ops import _C  # noqa: E402
+
+
+def _g():
+    return torch.Generator().manual_seed(3)
+
+
+def _rand(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=_GEN).to(dtype)
+
+
+_GEN = _g()
+
+
+# ----------------------------------------------------------------------------- valid calls (keyword arguments)
+
+def reshape_and_cache():
+    return dict(key=_rand(3, 2, 32), value=_rand(3, 2, 32), key_cache=torch.zeros(2, 2, 16, 32),
+                value_cache=torch.zeros(2, 2, 16, 32), slot_mapping=torch.tensor([0, 5, 17]))
+
+
+def paged_decode_attention():
+    return dict(query=_rand(2, 4, 32), key_cache=_rand(3, 2, 16, 32), value_cache=_rand(3, 2, 16, 32),
+                block_tables=torch.tensor([[0, 2], [1, 0]], dtype=torch.int32),
+                seq_lens=torch.tensor([20, 3], dtype=torch.int32), scale=0.2)
+
+
+def fused_recurrent_gated_delta_rule():
+    return dict(q=_rand(1, 3, 1, 16), k=_rand(1, 3, 1, 16), v=_rand(1, 3, 2, 16), g=-torch.rand(1, 3, 2),
+                beta=torch.rand(1, 3, 2), scale=0.25, initial_state=_rand(4, 2, 16, 16), output_final_state=True,
+                cu_seqlens=torch.tensor([0, 1, 3], dtype=torch.int32),
+                ssm_state_indices=torch.tensor([2, 0], dtype=torch.int32), has_initial_state=torch.tensor([True, False]))
+
+
+def causal_conv1d_update():
+    return dict(x=_rand(2, 64), conv_states=_rand(3, 3, 64), weight=_rand(64, 4), bias=_rand(64),
+                cache_indices=torch.tensor([1, -1]), silu=True)
+
+
+def causal_conv1d_fn():
+    return dict(x=_rand(5, 64), weight=_rand(64, 4), bias=_rand(64), conv_states=_rand(3, 3, 64),
+                query_start_loc=torch.tensor([0, 2, 5], dtype=torch.int32), cache_indices=torch.tensor([2, 0]),
+                has_initial_state=torch.tensor([True, False]), silu=True)
+
+
+def fused_gdn_gating():
+    return dict(A_log=_rand(4), a=_rand(3, 4), b=_rand(3, 4), dt_bias=_rand(4))
+
+
+VALID = {f.__name__: f for f in (reshape_and_cache, paged_decode_attention, fused_recurrent_gated_delta_rule,
+                                 causal_conv1d_update, causal_conv1d_fn, fused_gdn_gating)}
+# What each binding may write in place.
+WRITES = {"reshape_and_cache": ("key_cache", "value_cache"), "fused_recurrent_gated_delta_rule": ("initial_state",),
+          "causal_conv1d_update": ("conv_states",), "causal_conv1d_fn": ("conv_states",)}
+
+
+def test_every_kernel_binding_is_covered():
+    assert set(VALID) == set(_C.ascendc_kernels)
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_call_runs(name):
+    getattr(_C, f"ascendc_{name}")(**VALID[name]())
+
+
+# ----------------------------------------------------------------------------- breakages
+
+def strided(name):
+    """Same shape and values, a non-contiguous view."""
+    def mutate(call):
+        call[name] = torch.stack([call[name], call[name]], dim=-1)[..., 0]
+    return mutate
+
+
+def put(name, make):
+    def mutate(call):
+        call[name] = make(call[name])
+    return mutate
+
+
+def many(*mutations):
+    def mutate(call):
+        for m in mutations:
+            m(call)
+    return mutate
+
+
+def wider_head(d, *names):
+    """Last dim d for each tensor named (zeros keep every other check happy)."""
+    return many(*(put(n, lambda t, d=d: torch.zeros(*t.shape[:-1], d, dtype=t.dtype)) for n in names))
+
+
+F16 = torch.float16
+CASES = [
+    # reshape_and_cache
+    ("reshape_and_cache", "non-contiguous key", strided("key"), r"'key' must be contiguous"),
+    ("reshape_and_cache", "non-contiguous key_cache", strided("key_cache"), r"'key_cache' must be contiguous"),
+    ("reshape_and_cache", "key float16, value float32", put("key", lambda t: t.to(F16)),
+     r"'key' and 'value' must share one float dtype"),
+    ("reshape_and_cache", "slot_mapping one short", put("slot_mapping", lambda t: t[:-1]),
+     r"'slot_mapping' must have shape \[3\]"),
+    ("reshape_and_cache", "head dim no tile fits", wider_head(16384, "key", "value", "key_cache", "value_cache"),
+     r"reshape_and_cache: one head of D = 16384 does not fit the unified-buffer budget"),
+    # paged_decode_attention
+    ("paged_decode_attention", "non-contiguous query", strided("query"), r"'query' must be contiguous"),
+    ("paged_decode_attention", "query float16", put("query", lambda t: t.to(F16)),
+     r"a float cache must have query's dtype"),
+    ("paged_decode_attention", "seq_lens int64", put("seq_lens", lambda t: t.long()),
+     r"'block_tables' and 'seq_lens' must be int32"),
+    ("paged_decode_attention", "value_cache one block short", put("value_cache", lambda t: t[:-1].contiguous()),
+     r"'value_cache' must have shape \[3, 2, 16, 32\]"),
+    ("paged_decode_attention", "head dim 40", wider_head(40, "query", "key_cache", "value_cache"),
+     r"needs D to be a multiple of 16, got 40"),
+    ("paged_decode_attention", "block_tables one row short", put("block_tables", lambda t: t[:1]),
+     r"'block_tables' must have N = 2 rows"),
+    # fused_recurrent_gated_delta_rule
+    ("fused_recurrent_gated_delta_rule", "non-contiguous v", strided("v"), r"'v' must be contiguous"),
+    ("fused_recurrent_gated_delta_rule", "non-contiguous state pool", strided("initial_state"),
+     r"'initial_state' must be contiguous"),
+    ("fused_recurrent_gated_delta_rule", "g bfloat16", put("g", lambda t: t.bfloat16()), r"'g' must be float32"),
+    ("fused_recurrent_gated_delta_rule", "ssm_state_indices one short", put("ssm_state_indices", lambda t: t[:1]),
+     r"'ssm_state_indices' must have shape \[2\]"),
+    ("fused_recurrent_gated_delta_rule", "state head dim differs", put("initial_state", lambda t: t[..., :8].contiguous()),
+     r"'initial_state' must have shape \[4, 2, 16, 16\]"),
+    ("fused_recurrent_gated_delta_rule", "key head dim no tile fits",
+     many(wider_head(8192, "q", "k"), put("initial_state", lambda t: torch.zeros(4, 2, 8192, 16))),
+     r"a state column tile with Dk = 8192 does not fit"),
+    # causal_conv1d_update
+    ("causal_conv1d_update", "non-contiguous conv_states", strided("conv_states"), r"'conv_states' must be contiguous"),
+    ("causal_conv1d_update", "cache_indices float", put("cache_indices", lambda t: t.float()),
+     r"'cache_indices' must be int32/int64"),
+    ("causal_conv1d_update", "bias one short", put("bias", lambda t: t[:-1]), r"'bias' must have shape \[64\]"),
+    ("causal_conv1d_update", "width no tile fits",
+     many(put("weight", lambda t: torch.zeros(64, 4000)), put("conv_states", lambda t: torch.zeros(3, 3999, 64))),
+     r"32 channels of width K = 4000 does not fit"),
+    # causal_conv1d_fn
+    ("causal_conv1d_fn", "non-contiguous x", strided("x"), r"'x' must be contiguous"),
+    ("causal_conv1d_fn", "non-contiguous conv_states", strided("conv_states"), r"'conv_states' must be contiguous"),
+    ("causal_conv1d_fn", "has_initial_state int32", put("has_initial_state", lambda t: t.int()),
+     r"'has_initial_state' must be bool"),
+    ("causal_conv1d_fn", "x int32", put("x", lambda t: t.int()), r"x, weight, bias and conv_states must be float"),
+    ("causal_conv1d_fn", "cache_indices one short", put("cache_indices", lambda t: t[:1]),
+     r"'cache_indices' must have shape \[2\]"),
+    ("causal_conv1d_fn", "conv_states width", put("conv_states", lambda t: t[:, 1:].contiguous()),
+     r"'conv_states' must have shape \[3, 3, 64\]"),
+    ("causal_conv1d_fn", "width no tile fits",
+     many(put("weight", lambda t: torch.zeros(64, 4000)), put("conv_states", lambda t: torch.zeros(3, 3999, 64))),
+     r"one token of 32 channels of width K = 4000 does not fit"),
+    # fused_gdn_gating
+    ("fused_gdn_gating", "non-contiguous a", strided("a"), r"'a' must be contiguous"),
+    ("fused_gdn_gating", "b int32", put("b", lambda t: t.int()), r"A_log, a, b and dt_bias must be float"),
+    ("fused_gdn_gating", "dt_bias one short", put("dt_bias", lambda t: t[:-1]), r"'dt_bias' must have shape \[4\]"),
+    ("fused_gdn_gating", "heads no tile fits", many(*(put(n, lambda t: torch.zeros(*t.shape[:-1], 60000))
+                                                     for n in ("A_log", "a", "b", "dt_bias"))),
+     r"one token row of Hv = 60000 heads does not fit"),
+]
+
+
+@pytest.mark.parametrize("name,what,mutate,match", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
+def test_binding_rejects_bad_input_and_writes_nothing(name, what, mutate, match):
+    call = VALID[name]()
+    mutate(call)
+    before = {k: call[k].clone() for k in WRITES.get(name, ())}
+    with pytest.raises((RuntimeError, ValueError), match=match):
+        getattr(_C, f"ascendc_{name}")(**call)
+    for k, old in before.items():
+        assert torch.equal(call[k], old), f"{name}: '{k}' was written"
