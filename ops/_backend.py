@@ -42,6 +42,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "prefill_attention": {
         "torch": "attention.reference:prefill_attention",
         "triton": "attention.triton_prefill:prefill_attention",
+        "ascendc": "ascendc_backend:prefill_attention",
     },
     "mixed_attention": {
         "torch": "attention.reference:mixed_attention",

@@ -23,7 +23,7 @@ import torch
 from ._backend import BackendError
 
 KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
-           "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating")
+           "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating", "prefill_attention")
 
 _local = threading.local()
 
@@ -133,3 +133,14 @@ def causal_conv1d_fn(*, x, weight, bias=None, conv_states, query_start_loc, cach
 
 def fused_gdn_gating(*, A_log, a, b, dt_bias):
     return _ext().ascendc_fused_gdn_gating(_c(A_log), _c(a), _c(b), _c(dt_bias), **_config())
+
+
+def prefill_attention(*, query, key, value, cu_seqlens_q, key_cache=None, value_cache=None, block_tables=None,
+                      context_lens=None, scale, k_scale=None, v_scale=None, causal=True) -> torch.Tensor:
+    d = query.shape[-1]
+    if d % 16 != 0 or d > 256:
+        raise BackendError(f"prefill_attention: backend 'ascendc' needs a head dim that is a multiple of 16 and at "
+                           f"most 256, got {d}")
+    return _ext().ascendc_prefill_attention(
+        _c(query), _c(key), _c(value), _c(cu_seqlens_q), float(scale), _c(key_cache), _c(value_cache),
+        _c(block_tables), _c(context_lens), _c(k_scale), _c(v_scale), bool(causal), **_config())

@@ -85,12 +85,14 @@ void NoteTiling(std::vector<std::pair<const char*, int64_t>> fields) {
 
 #ifndef QWEN_OPS_WITH_CANN
 void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::GmRegion>& regions,
-            const std::function<void()>& body) {
+            const std::function<void()>& body, Cores cores) {
   qwen_sim::LaunchStats stats;
   std::string err;
   {
     py::gil_scoped_release release;
-    err = qwen_sim::Launch(kernel, blockDim, body, regions, &stats);
+    const qwen_sim::LaunchKind kind =
+        cores == Cores::kMix1To2 ? qwen_sim::LaunchKind::Mix1To2 : qwen_sim::LaunchKind::Vector;
+    err = qwen_sim::Launch(kernel, blockDim, kind, body, regions, &stats);
   }
   Info() = py::dict();
   Info()["kernel"] = kernel;
@@ -110,13 +112,15 @@ void qwen_register_ascendc(pybind11::module_& m) {
   namespace py = pybind11;
   m.attr("ascendc_kernels") = py::make_tuple("reshape_and_cache", "paged_decode_attention",
                                              "fused_recurrent_gated_delta_rule", "causal_conv1d_update",
-                                             "causal_conv1d_fn", "fused_gdn_gating");
+                                             "causal_conv1d_fn", "fused_gdn_gating",
+                                             "prefill_attention");
   qwen_bind::RegisterReshapeAndCache(m);
   qwen_bind::RegisterPagedDecodeAttention(m);
   qwen_bind::RegisterFusedRecurrentGatedDeltaRule(m);
   qwen_bind::RegisterCausalConv1dUpdate(m);
   qwen_bind::RegisterCausalConv1dFn(m);
   qwen_bind::RegisterFusedGdnGating(m);
+  qwen_bind::RegisterPrefillAttention(m);
   m.def("ascendc_last_launch", &qwen_bind::LastLaunch,
         "Tiling and unified-buffer high-water mark of the last Ascend C launch (stand-in: measured).");
 }

@@ -110,10 +110,15 @@ inline GmArg Arg(const char* name, const c10::optional<at::Tensor>& t, Access ac
 #define QWEN_KERNEL(name) name
 #endif
 
+// The cores a kernel runs on: vector cores only (KERNEL_TYPE_AIV_ONLY), or
+// groups of one cube core and two vector cores (KERNEL_TYPE_MIX_AIC_1_2;
+// tiling.usedCores counts the groups).
+enum class Cores { kVector, kMix1To2 };
+
 #ifndef QWEN_OPS_WITH_CANN
-// Runs `body` as kernel `kernel` on `blockDim` stand-in cores that may touch only `regions`.
+// Runs `body` as kernel `kernel` on `blockDim` stand-in cores (or groups) that may touch only `regions`.
 void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::GmRegion>& regions,
-            const std::function<void()>& body);
+            const std::function<void()>& body, Cores cores = Cores::kVector);
 #endif
 
 // Launches `kernel` (QWEN_KERNEL(name)) on tiling.usedCores cores with the
@@ -123,18 +128,24 @@ void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::G
 //   * CPU build: through the stand-in, as kernel `op`, with `args` and the
 //     tiling as the only GM regions it may touch.
 template <typename Kernel, typename Tiling, typename... GmArgs>
-void Launch(Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device, const GmArgs&... args) {
+void LaunchOn(Cores cores, Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device,
+              const GmArgs&... args) {
   const at::Tensor tilingDev = TilingBytes(tiling, device);
   const GmArg tilingArg = Arg("tiling", tilingDev, kRead);
 #ifdef QWEN_OPS_WITH_CANN
   (void)op;
+  (void)cores;  // blockDim counts vector cores, or AIC groups for a mixed kernel
   kernel(tiling.usedCores, c10_npu::getCurrentNPUStream().stream(), args.ptr..., tilingArg.ptr);
 #else
   std::vector<qwen_sim::GmRegion> regions;
   for (const GmArg& a : {args..., tilingArg})
     if (a.ptr != nullptr) regions.push_back({a.ptr, a.bytes, a.access == kWrite, a.name});
-  RunSim(op, tiling.usedCores, regions, [&] { kernel(args.ptr..., tilingArg.ptr); });
+  RunSim(op, tiling.usedCores, regions, [&] { kernel(args.ptr..., tilingArg.ptr); }, cores);
 #endif
+}
+template <typename Kernel, typename Tiling, typename... GmArgs>
+void Launch(Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device, const GmArgs&... args) {
+  LaunchOn(Cores::kVector, kernel, op, tiling, device, args...);
 }
 
 // ------------------------------------------------------------------ registration
@@ -146,6 +157,7 @@ void RegisterFusedRecurrentGatedDeltaRule(py::module_& m);
 void RegisterCausalConv1dUpdate(py::module_& m);
 void RegisterCausalConv1dFn(py::module_& m);
 void RegisterFusedGdnGating(py::module_& m);
+void RegisterPrefillAttention(py::module_& m);
 
 }  // namespace qwen_bind
 

@@ -176,6 +176,50 @@ CASES = [
 ]
 
 
+# prefill_attention (the mixed cube + vector kernel): float16 paged context.
+def prefill_attention():
+    return dict(query=_rand(5, 4, 32, dtype=F16), key=_rand(5, 2, 32, dtype=F16), value=_rand(5, 2, 32, dtype=F16),
+                cu_seqlens_q=torch.tensor([0, 3, 5], dtype=torch.int32), scale=0.2,
+                key_cache=_rand(3, 2, 16, 32, dtype=F16), value_cache=_rand(3, 2, 16, 32, dtype=F16),
+                block_tables=torch.tensor([[0, 2], [1, 0]], dtype=torch.int32),
+                context_lens=torch.tensor([20, 3], dtype=torch.int32), causal=True)
+
+
+VALID["prefill_attention"] = prefill_attention
+
+
+def test_prefill_attention_valid_call_runs():
+    """The positive control (registered after test_valid_call_runs was parametrized)."""
+    call = prefill_attention()
+    out = _C.ascendc_prefill_attention(**call)
+    assert out.shape == call["query"].shape and bool(torch.isfinite(out).all())
+CASES += [
+    ("prefill_attention", "non-contiguous query", strided("query"), r"'query' must be contiguous"),
+    ("prefill_attention", "non-contiguous key_cache", strided("key_cache"), r"'key_cache' must be contiguous"),
+    ("prefill_attention", "key float32", put("key", lambda t: t.float()),
+     r"'key' and 'value' must have the query's dtype"),
+    ("prefill_attention", "cache float32", many(put("key_cache", lambda t: t.float()),
+                                                put("value_cache", lambda t: t.float())),
+     r"a float cache must have query's dtype"),
+    ("prefill_attention", "cu_seqlens_q int64", put("cu_seqlens_q", lambda t: t.long()),
+     r"'cu_seqlens_q' must be \[N\+1\] int32"),
+    ("prefill_attention", "context_lens int64", put("context_lens", lambda t: t.long()),
+     r"'block_tables' and 'context_lens' must be int32"),
+    ("prefill_attention", "value_cache one block short", put("value_cache", lambda t: t[:-1].contiguous()),
+     r"'value_cache' must have shape \[3, 2, 16, 32\]"),
+    ("prefill_attention", "block_tables one row short", put("block_tables", lambda t: t[:1]),
+     r"'block_tables' must have N = 2 rows"),
+    ("prefill_attention", "cache without context_lens", put("context_lens", lambda t: None),
+     r"come with context_lens, and only with it"),
+    ("prefill_attention", "int8 cache without scales", many(put("key_cache", lambda t: t.to(torch.int8)),
+                                                            put("value_cache", lambda t: t.to(torch.int8))),
+     r"k_scale/v_scale are required for int8 caches"),
+    ("prefill_attention", "head dim 40", wider_head(40, "query", "key", "value", "key_cache", "value_cache"),
+     r"needs a head dim D that is a multiple of 16 and at most 256, got 40"),
+    ("prefill_attention", "head dim 512", wider_head(512, "query", "key", "value", "key_cache", "value_cache"),
+     r"needs a head dim D that is a multiple of 16 and at most 256, got 512"),
+]
+
 @pytest.mark.parametrize("name,what,mutate,match", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_binding_rejects_bad_input_and_writes_nothing(name, what, mutate, match):
     call = VALID[name]()
