@@ -147,7 +147,8 @@ def _make_backend():
             ops.reshape_and_cache(key.contiguous(), value.contiguous(), key_cache, value_cache, local,
                                   k_scale, v_scale)
             kv.index_copy_(0, used, torch.stack((key_cache, value_cache), dim=2))
-            counters.record(getattr(layer, "layer_name", self.layer_name), "reshape_and_cache")
+            counters.record(getattr(layer, "layer_name", self.layer_name),
+                            f"reshape_and_cache {key_cache.dtype}".replace("torch.", ""))
 
         def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     kv_cache: torch.Tensor, attn_metadata: QwenOpsAttentionMetadata | None, output: torch.Tensor,
@@ -170,7 +171,9 @@ def _make_backend():
                                       key_cache, value_cache, local_table, md.query_start_loc, md.seq_lens,
                                       md.num_decodes, scale=self.scale, k_scale=k_scale, v_scale=v_scale)
             output[:t] = out.reshape(output[:t].shape).to(output.dtype)
-            counters.record(getattr(layer, "layer_name", self.layer_name), "mixed_attention")
+            name = getattr(layer, "layer_name", self.layer_name)
+            counters.record(name, "mixed_attention")
+            counters.record(name, f"heads q={query.shape[1]} kv={key.shape[1]}")
             return output
 
     class QwenOpsAttentionBackend(CPUAttentionBackend):

@@ -89,6 +89,12 @@ def gdn_core(layer, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, c
     mixed = conv_out[0] if len(conv_out) == 1 else torch.cat(conv_out)
 
     kd, hk, hv = layer.head_k_dim, layer.num_k_heads // layer.tp_size, layer.num_v_heads // layer.tp_size
+    # What the step looked like, for tests: this rank's head counts, mixed and resumed batches.
+    counters.record(layer.prefix, f"heads k={hk} v={hv}")
+    if nd and npf:
+        counters.record(layer.prefix, "step with decodes and prefill chunks")
+    if npf and bool(md.prefill_has_initial_state.any()):
+        counters.record(layer.prefix, "prefill chunk from a saved state")
     q = mixed[:, : hk * kd].reshape(t, hk, kd)
     k = mixed[:, hk * kd: 2 * hk * kd].reshape(t, hk, kd)
     v = mixed[:, 2 * hk * kd:].reshape(t, hv, layer.head_v_dim)
