@@ -30,6 +30,10 @@ BATCHING = dict(max_model_len=256, max_num_batched_tokens=16, max_num_seqs=4)
 # The tiny checkpoints: layers 0-2 GDN, layer 3 full attention. vLLM's layer names carry the
 # layout's prefix ("model.layers.0.linear_attn", "language_model.model.layers.0.linear_attn").
 GDN_LAYER_IDS, ATTN_LAYER_IDS = [0, 1, 2], [3]
+# The multimodal layout (weights under model.language_model., a vision tower) runs text prompts:
+# vLLM's Qwen3-VL input processor needs a tokenizer and an image processor config, which the tiny
+# checkpoint does not have, so vLLM loads its language model only.
+MULTIMODAL_TEXT_ONLY = dict(language_model_only=True)
 
 
 def run_job(job: dict, env: dict | None = None) -> dict:
@@ -71,7 +75,9 @@ def assert_plugin_ran_everywhere(counters, kv_dtype="float32"):
 @pytest.mark.parametrize("layout", ["text", "multimodal"])
 def test_greedy_tokens_equal_transformers(layout, text_checkpoint, multimodal_checkpoint):
     checkpoint = text_checkpoint if layout == "text" else multimodal_checkpoint
-    result = run_job(dict(model=checkpoint, llm=dict(dtype="float32", **BATCHING), prompts=PROMPTS, max_tokens=8))
+    extra = {} if layout == "text" else MULTIMODAL_TEXT_ONLY
+    result = run_job(dict(model=checkpoint, llm=dict(dtype="float32", **extra, **BATCHING), prompts=PROMPTS,
+                          max_tokens=8))
     assert [o["token_ids"] for o in result["outputs"]] == hf_reference(checkpoint, PROMPTS, 8)
     gdn, attn = assert_plugin_ran_everywhere(result["counters"])
     # Every step ran every layer once: the GDN gating count is the number of model steps.
@@ -82,7 +88,8 @@ def test_greedy_tokens_equal_transformers(layout, text_checkpoint, multimodal_ch
 
 def test_int8_kv_cache_within_int8_tolerance(multimodal_checkpoint):
     """kv_cache_dtype='int8': the project's per-channel INT8 cache; logprobs within the project's INT8 tolerance."""
-    result = run_job(dict(model=multimodal_checkpoint, llm=dict(dtype="float32", kv_cache_dtype="int8", **BATCHING),
+    result = run_job(dict(model=multimodal_checkpoint, llm=dict(dtype="float32", kv_cache_dtype="int8",
+                                                                     **MULTIMODAL_TEXT_ONLY, **BATCHING),
                           prompts=PROMPTS, max_tokens=8, logprobs=0))
     assert_plugin_ran_everywhere(result["counters"], kv_dtype="int8")
     model = hf_model(multimodal_checkpoint)
