@@ -6,14 +6,16 @@ Run in the vLLM environment (vLLM 0.33.0 + qwen_ops[vllm], e.g. the one .ci/vllm
     python bench/e2e/bench_vllm_plugin.py --num-prompts 8 --prompt-len 64 --max-tokens 32 --budget 128
 
 Both engines run the same greedy requests (random token ids, no EOS stop) with the same
-limits (token budget, max_num_seqs, float32, torch backend of the qwen_ops ops) in this
-process, one after the other, stepping the engine by hand and timing each step. Prints a
-table; nothing is asserted.
+limits (token budget, max_num_seqs, float32, torch backend of the qwen_ops ops), each in
+its own process (vLLM changes process-wide torch settings), stepping the engine by hand and
+timing each step. Prints a table; nothing is asserted.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -70,9 +72,18 @@ def main(argv=None) -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--budget", type=int, default=64, help="max_num_batched_tokens of both engines")
     ap.add_argument("--max-num-seqs", type=int, default=4)
+    ap.add_argument("--engine", choices=("vllm", "qwen_ops"), help=argparse.SUPPRESS)  # one engine, in a child
     args = ap.parse_args(argv)
 
     import torch
+
+    if args.engine:
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(1, 256, (args.prompt_len,), generator=gen).tolist() for _ in range(args.num_prompts)]
+        fn = run_vllm if args.engine == "vllm" else run_qwen_ops
+        steps = fn(args.model, prompts, args.max_tokens, args.budget, args.max_num_seqs)
+        print("STEPS " + json.dumps({"steps": steps, "threads": torch.get_num_threads()}), flush=True)
+        return
 
     model = args.model
     if model is None:
@@ -80,18 +91,24 @@ def main(argv=None) -> None:
         from checkpoints import save_text_checkpoint
 
         model = save_text_checkpoint(tempfile.mkdtemp(prefix="qwen35_tiny_"), seed=0)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(1, 256, (args.prompt_len,), generator=gen).tolist() for _ in range(args.num_prompts)]
     load = os.getloadavg()[0]
     rows = []
-    for name, fn in (("vLLM 0.33 + qwen_ops plug-in", run_vllm), ("qwen_ops engine", run_qwen_ops)):
-        steps = fn(model, prompts, args.max_tokens, args.budget, args.max_num_seqs)
-        rows.append((name, len(steps), statistics.median(steps) * 1e3, statistics.mean(steps) * 1e3, sum(steps)))
+    for name, engine in (("vLLM 0.33 + qwen_ops plug-in", "vllm"), ("qwen_ops engine", "qwen_ops")):
+        cmd = [sys.executable, os.path.abspath(__file__), "--engine", engine, "--model", model,
+               "--num-prompts", str(args.num_prompts), "--prompt-len", str(args.prompt_len),
+               "--max-tokens", str(args.max_tokens), "--budget", str(args.budget),
+               "--max-num-seqs", str(args.max_num_seqs)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        got = json.loads([line for line in out.splitlines() if line.startswith("STEPS ")][-1][6:])
+        steps = got["steps"]
+        rows.append((name, len(steps), statistics.median(steps) * 1e3, statistics.mean(steps) * 1e3, sum(steps),
+                     got["threads"]))
     print(f"\nworkload: {args.num_prompts} prompts x {args.prompt_len} tokens, {args.max_tokens} new tokens each, "
           f"budget {args.budget}, max_num_seqs {args.max_num_seqs}, float32; load average at start {load:.1f}")
-    print(f"{'engine':32s} {'steps':>6s} {'median step ms':>15s} {'mean step ms':>13s} {'total s':>8s}")
-    for name, n, med, mean, total in rows:
-        print(f"{name:32s} {n:6d} {med:15.1f} {mean:13.1f} {total:8.2f}")
+    print(f"{'engine':32s} {'steps':>6s} {'median step ms':>15s} {'mean step ms':>13s} {'total s':>8s} "
+          f"{'torch threads':>13s}")
+    for name, n, med, mean, total, threads in rows:
+        print(f"{name:32s} {n:6d} {med:15.1f} {mean:13.1f} {total:8.2f} {threads:13d}")
 
 
 if __name__ == "__main__":
