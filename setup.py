@@ -82,6 +82,12 @@ class CMakeBuild(build_ext):
 
 packages, package_dir = _packages()
 
+# QWEN_OPS_BUILD_EXT=0 installs the pure-Python package without qwen_ops._C (the
+# torch and Triton backends only). The vLLM environment needs this: vLLM's torch
+# is a CUDA wheel whose CMake config refuses to configure without the CUDA
+# toolkit, so the extension cannot be built against it on a CPU machine.
+BUILD_EXT = os.environ.get("QWEN_OPS_BUILD_EXT", "1") != "0"
+
 setup(
     name="qwen_ops",
     version="0.1.0",
@@ -93,8 +99,8 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={"qwen_ops.model": ["*.json"]},
-    ext_modules=[CMakeExtension("qwen_ops._C")],
-    cmdclass={"build_ext": CMakeBuild},
+    ext_modules=[CMakeExtension("qwen_ops._C")] if BUILD_EXT else [],
+    cmdclass={"build_ext": CMakeBuild} if BUILD_EXT else {},
     install_requires=[
         "torch>=2.5",
         "numpy",
@@ -114,7 +120,14 @@ setup(
             "matplotlib",
         ],
         "npu": ["torch_npu", "triton-ascend"],
+        # The vLLM plug-in (qwen_ops.vllm_plugin) is written against exactly this vLLM
+        # release; vLLM 0.33 itself pins transformers >=5.16.1,<5.21.
+        "vllm": ["vllm==0.33.0", "transformers>=5.16.1,<5.21", "pytest"],
     },
-    entry_points={"console_scripts": ["qwen-generate=qwen_ops.model.generate:main"]},
+    entry_points={
+        "console_scripts": ["qwen-generate=qwen_ops.model.generate:main"],
+        # Loaded by vLLM in every one of its processes (QWEN_OPS_VLLM_PLUGIN=0 turns it off).
+        "vllm.general_plugins": ["qwen_ops = qwen_ops.vllm_plugin:register"],
+    },
     zip_safe=False,
 )
