@@ -21,8 +21,8 @@ the public op. Differences from the reference, all for speed:
   second time for o_t; the two agree to float32 rounding, not bit for bit.
 
 Bytes per decode step (T = 1): the state pool rows are gathered (read + write),
-read by the matmul, updated in place (two read + write passes) and scattered
-back (read + write): 5 reads and 4 writes of N * Hv * Dk * Dv * 4 bytes, where
+read by the matmul, updated in place (decay, then rank-1 write: two read + write
+passes) and scattered back (read + write): 5 reads and 4 writes of N * Hv * Dk * Dv * 4 bytes, where
 the floor is one read and one write.
 """
 from __future__ import annotations
@@ -88,10 +88,11 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
         valid = slots >= 0
         fresh = ~valid if has_initial_state is None else ~(valid & has_initial_state.to(torch.bool))
         state = initial_state.index_select(0, slots.clamp(min=0))
-        state[fresh] = 0.0
+        if bool(fresh.any()):  # a masked write is a full pass over the states even when nothing is selected
+            state[fresh] = 0.0
     elif initial_state is not None:
-        state = initial_state.clone()  # a plain initial_state is never modified
-        if has_initial_state is not None:
+        state = initial_state.clone(memory_format=torch.contiguous_format)  # the caller's is never modified
+        if has_initial_state is not None and not bool(has_initial_state.all()):
             state[~has_initial_state.to(torch.bool)] = 0.0
     else:
         state = torch.zeros(n, num_v_heads, dk, dv, dtype=F32, device=device)
@@ -100,18 +101,22 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
     flat_state = state.view(n * num_v_heads, dk, dv)
     for t in range(length):
         k_t, q_t = k[:, t], q[:, t]  # [N, Hv, Dk]
-        products = torch.matmul(torch.stack([k_t, q_t], dim=2), state)  # [N, Hv, 2, Dv], one read of S
+        # [N * Hv, 2, Dk] @ [N * Hv, Dk, Dv]: one read of S for both products.
+        products = torch.bmm(torch.stack([k_t, q_t], dim=2).view(-1, 2, dk), flat_state)
+        products = products.view(n, num_v_heads, 2, dv)
         decay = torch.exp(g[:, t])[:, :, None]  # [N, Hv, 1]
         correction = beta[:, t][:, :, None] * (v[:, t] - decay * products[:, :, 0])
         o[:, t] = decay * products[:, :, 1] + (k_t * q_t).sum(-1, keepdim=True) * correction
-        state.mul_(decay[..., None])
-        flat_state.baddbmm_(k_t.reshape(-1, dk, 1), correction.reshape(-1, 1, dv))
+        state.mul_(decay[..., None]).addcmul_(k_t[..., None], correction[..., None, :])  # rank-1 write
 
     if valid is not None:
-        o[~valid] = 0.0
-        state[~valid] = 0.0
-        rows = valid.nonzero().squeeze(-1)
-        initial_state.index_copy_(0, slots[rows], state[rows])
+        if bool(valid.all()):
+            initial_state.index_copy_(0, slots, state)
+        else:
+            o[~valid] = 0.0
+            state[~valid] = 0.0
+            rows = valid.nonzero().squeeze(-1)
+            initial_state.index_copy_(0, slots[rows], state[rows])
 
     if gather is None:
         out = o
