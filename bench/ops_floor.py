@@ -7,8 +7,8 @@ side in one process: the two are called alternately, ``--repeats`` times each
 after a warm-up, on fresh copies of the same inputs, and the median is kept.
 Each op's floor is the bytes it must move (read its inputs and the pool rows
 it uses once, write its outputs and those rows once) over the read bandwidth
-measured in the same run (``torch.sum`` over a 512 MiB float32 tensor, the
-median of several passes). Prints one table; the load average is printed
+measured in the same run (``torch.sum`` over a 512 MiB float32 tensor by
+default, the median of several passes). Prints one table; the load average is printed
 beside it because the shared machine's load changes every number.
 
     python bench/ops_floor.py [--batches 1 256] [--repeats 7] [--threads N]
@@ -31,9 +31,9 @@ F32 = torch.float32
 BYTES = 4  # float32 throughout (the CPU serving dtype)
 
 
-def read_bandwidth(repeats: int) -> float:
+def read_bandwidth(repeats: int, mib: int = 512) -> float:
     """Bytes per second ``torch.sum`` reads from a tensor far larger than the caches (median of passes)."""
-    big = torch.ones(128 * 2**20, dtype=F32)  # 512 MiB
+    big = torch.ones(mib * 2**20 // BYTES, dtype=F32)
     big.sum()
     times = []
     for _ in range(repeats):
@@ -100,14 +100,15 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 256])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--bandwidth-mib", type=int, default=512, help="size of the torch.sum bandwidth probe")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=list(OPS))
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    bandwidth = read_bandwidth(args.repeats)
+    bandwidth = read_bandwidth(args.repeats, args.bandwidth_mib)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} "
-          f"at start; read bandwidth (torch.sum, 512 MiB) {bandwidth / 1e9:.1f} GB/s; median of {args.repeats}")
+          f"at start; read bandwidth (torch.sum, {args.bandwidth_mib} MiB) {bandwidth / 1e9:.1f} GB/s; median of {args.repeats}")
     print("| op | batch | MB moved | floor (ms) | reference (ms) | vectorised (ms) | ref/vec | vec/floor |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
