@@ -6,8 +6,8 @@ and against float64 loops through the public op. The reference concatenates
 the saved inputs and x into a [B, K, C] history, unfolds it and reduces over K
 (several [B, K, C] temporaries); this form accumulates
 ``bias + sum_k weight[:, k] * input_k`` in place into one [B, C] float32 tensor
-(K addcmul passes over B * C, no [B, K, C] temporary besides the gathered state)
-and shifts the pool rows with one index_copy_. Float32 sums taken in a
+(K addcmul passes over B * C, no [B, K, C] temporary besides the gathered state,
+which is shifted in place) and writes the pool rows back with one index_copy_. Float32 sums taken in a
 different order from the reference's, so the two agree to rounding (a few
 ulps), not bit for bit.
 """
@@ -24,13 +24,13 @@ def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activat
 
     Pool index -1 is padding: output zeros, nothing written.
     """
-    out = torch.zeros_like(x)
     valid = (cache_indices >= 0).nonzero().squeeze(-1)
+    everyone = valid.numel() == x.shape[0]
     if valid.numel() == 0:
-        return out
+        return torch.zeros_like(x)
     slots = cache_indices[valid].to(torch.int64)
-    saved = conv_states.index_select(0, slots)  # [b, K-1, C], oldest first
-    new = x.index_select(0, valid)
+    saved = conv_states.index_select(0, slots)  # [b, K-1, C], oldest first: the one [b, K-1, C] temporary
+    new = x if everyone else x.index_select(0, valid)
     context = weight.shape[1] - 1
     w = weight.to(F32)
     y = new.to(F32) * w[:, context]
@@ -40,7 +40,15 @@ def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activat
         y.addcmul_(saved[:, tap].to(F32), w[:, tap])
     if activation == "silu":
         y = F.silu(y, inplace=True)
+    # Shift the gathered rows in place (oldest tap first, so no copy reads what it overwrote), then write them
+    # back: no further [b, K-1, C] tensor is allocated (on a loaded machine each fresh allocation's page
+    # faults cost more than the copy itself).
+    for tap in range(context - 1):
+        saved[:, tap].copy_(saved[:, tap + 1])
+    saved[:, context - 1].copy_(new)
+    conv_states.index_copy_(0, slots, saved)
+    if everyone:
+        return y.to(x.dtype)
+    out = torch.zeros_like(x)
     out.index_copy_(0, valid, y.to(x.dtype))
-    shifted = torch.cat([saved[:, 1:], new[:, None, :].to(conv_states.dtype)], dim=1)
-    conv_states.index_copy_(0, slots, shifted)
     return out
