@@ -20,10 +20,14 @@ the public op. Differences from the reference, all for speed:
   place (decay, then the rank-1 write). The reference reads the new state a
   second time for o_t; the two agree to float32 rounding, not bit for bit.
 
-Bytes per decode step (T = 1): the state pool rows are gathered (read + write),
-read by the matmul, updated in place (decay, then rank-1 write: two read + write
-passes) and scattered back (read + write): 5 reads and 4 writes of N * Hv * Dk * Dv * 4 bytes, where
-the floor is one read and one write.
+* The (sequence, value head) states are advanced in tiles of about 1 MiB
+  through one reused buffer: gathered from the pool, run through all L
+  tokens, written back. Within a tile the passes over the state (the matmul,
+  the decay, the rank-1 write) hit the cache, so a decode step moves each pool
+  row about once each way (the floor), and no fresh multi-megabyte tensor is
+  allocated (their first-touch page faults cost more than the copies on a
+  loaded machine). The Python loop runs over tiles (16 head states of
+  128 x 128 each), not over sequences or heads.
 """
 from __future__ import annotations
 
@@ -32,6 +36,27 @@ import torch
 from .reference_recurrent import l2normalize
 
 F32 = torch.float32
+F32_BYTES = 4
+# Head states are advanced a tile at a time through one reused buffer of this size, small enough to stay in a
+# core's cache between the gather, the products, the update and the write-back, so the state crosses memory
+# once each way (a loop over tiles of 16 head states of 128 x 128, not over sequences).
+TILE_BYTES = 1 << 20
+
+
+def _advance(state, q, k, v, g, beta, o):
+    """Run L tokens over m head states in place: state [m, Dk, Dv]; q, k [m, L, Dk]; v [m, L, Dv]; g, beta [m, L].
+
+    Writes o [m, L, Dv]. With the decay d = exp(g_t), one batched matmul of
+    [k_t; q_t] with the state before the step gives both products (see the
+    module docstring), then the state is decayed and gets its rank-1 write.
+    """
+    for t in range(q.shape[1]):
+        k_t, q_t = k[:, t], q[:, t]
+        products = torch.bmm(torch.stack([k_t, q_t], dim=1), state)  # [m, 2, Dv]
+        decay = torch.exp(g[:, t])[:, None]  # [m, 1]
+        correction = beta[:, t, None] * (v[:, t] - decay * products[:, 0])
+        o[:, t] = decay * products[:, 1] + (k_t * q_t).sum(-1, keepdim=True) * correction
+        state.mul_(decay[..., None]).addcmul_(k_t[:, :, None], correction[:, None, :])
 
 
 def _sequences_as_rows(x: torch.Tensor, gather: torch.Tensor | None, rows: int, length: int) -> torch.Tensor:
@@ -81,47 +106,59 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
         g = g.masked_fill(~real[:, :, None], 0.0)
         beta = beta.masked_fill(~real[:, :, None], 0.0)
 
-    # Initial states [N, Hv, Dk, Dv], zeroed (assigned, so a NaN in an unused row stays out) where fresh.
-    valid = None
+    # Every (sequence, value head) state is a [Dk, Dv] matrix of its own: flatten them to "head rows" r = i * Hv + h.
+    heads = n * num_v_heads
+    q, k, v = (x.transpose(1, 2).reshape(heads, length, x.shape[-1]) for x in (q, k, v))  # [N*Hv, L, D]
+    g, beta = (x.transpose(1, 2).reshape(heads, length) for x in (g, beta))  # [N*Hv, L]
+
+    # Where each head row's initial state comes from, whether it starts from zeros, whether it is padding.
+    head = torch.arange(num_v_heads, device=device)
+    fresh = valid = source = None
     if ssm_state_indices is not None:
         slots = ssm_state_indices.to(torch.int64)
-        valid = slots >= 0
-        fresh = ~valid if has_initial_state is None else ~(valid & has_initial_state.to(torch.bool))
-        state = initial_state.index_select(0, slots.clamp(min=0))
-        if bool(fresh.any()):  # a masked write is a full pass over the states even when nothing is selected
-            state[fresh] = 0.0
+        starts = slots >= 0 if has_initial_state is None else (slots >= 0) & has_initial_state.to(torch.bool)
+        valid = (slots >= 0).repeat_interleave(num_v_heads)
+        fresh = ~starts.repeat_interleave(num_v_heads)
+        pool = initial_state.view(-1, dk, dv)  # [S*Hv, Dk, Dv]; the op requires a contiguous pool
+        source = (slots.clamp(min=0)[:, None] * num_v_heads + head).reshape(-1)
     elif initial_state is not None:
-        state = initial_state.clone(memory_format=torch.contiguous_format)  # the caller's is never modified
-        if has_initial_state is not None and not bool(has_initial_state.all()):
-            state[~has_initial_state.to(torch.bool)] = 0.0
-    else:
-        state = torch.zeros(n, num_v_heads, dk, dv, dtype=F32, device=device)
+        pool = initial_state.reshape(-1, dk, dv)  # only read
+        source = torch.arange(heads, device=device)
+        if has_initial_state is not None:
+            fresh = ~has_initial_state.to(torch.bool).repeat_interleave(num_v_heads)
+    final = torch.zeros(heads, dk, dv, dtype=F32, device=device) if output_final_state else None
 
-    o = torch.empty(n, length, num_v_heads, dv, dtype=F32, device=device)
-    flat_state = state.view(n * num_v_heads, dk, dv)
-    for t in range(length):
-        k_t, q_t = k[:, t], q[:, t]  # [N, Hv, Dk]
-        # [N * Hv, 2, Dk] @ [N * Hv, Dk, Dv]: one read of S for both products.
-        products = torch.bmm(torch.stack([k_t, q_t], dim=2).view(-1, 2, dk), flat_state)
-        products = products.view(n, num_v_heads, 2, dv)
-        decay = torch.exp(g[:, t])[:, :, None]  # [N, Hv, 1]
-        correction = beta[:, t][:, :, None] * (v[:, t] - decay * products[:, :, 0])
-        o[:, t] = decay * products[:, :, 1] + (k_t * q_t).sum(-1, keepdim=True) * correction
-        state.mul_(decay[..., None]).addcmul_(k_t[..., None], correction[..., None, :])  # rank-1 write
-
-    if valid is not None:
-        if bool(valid.all()):
-            initial_state.index_copy_(0, slots, state)
+    o = torch.empty(heads, length, dv, dtype=F32, device=device)
+    tile_rows = max(1, TILE_BYTES // (dk * dv * F32_BYTES))
+    buffer = torch.empty(min(tile_rows, heads), dk, dv, dtype=F32, device=device)  # reused: stays in cache
+    for first in range(0, heads, tile_rows):
+        rows = slice(first, min(first + tile_rows, heads))
+        state = buffer[: rows.stop - first]
+        if source is None:
+            state.zero_()
         else:
-            o[~valid] = 0.0
-            state[~valid] = 0.0
-            rows = valid.nonzero().squeeze(-1)
-            initial_state.index_copy_(0, slots[rows], state[rows])
+            torch.index_select(pool, 0, source[rows], out=state)
+            if fresh is not None and bool(fresh[rows].any()):
+                state[fresh[rows]] = 0.0
+        _advance(state, q[rows], k[rows], v[rows], g[rows], beta[rows], o[rows])
+        if valid is not None:
+            keep = valid[rows]
+            if bool(keep.all()):
+                pool.index_copy_(0, source[rows], state)
+            else:
+                o[rows][~keep] = 0.0
+                state[~keep] = 0.0
+                pool.index_copy_(0, source[rows][keep], state[keep])
+        if final is not None:
+            final[rows] = state
+
+    o = o.view(n, num_v_heads, length, dv).transpose(1, 2)  # [N, L, Hv, Dv]
+    if final is not None:
+        final = final.view(n, num_v_heads, dk, dv)
 
     if gather is None:
-        out = o
+        out = o.contiguous()  # the reference's layout
     else:
         out = torch.zeros(1, tokens, num_v_heads, dv, dtype=F32, device=device)
         out[0, gather[real]] = o[real]
-    final = state if output_final_state else None
     return out.to(out_dtype), final
