@@ -53,7 +53,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "triton": "gdn.triton_chunk:chunk_gated_delta_rule",
     },
     "fused_recurrent_gated_delta_rule": {
-        "torch": "gdn.reference_recurrent:fused_recurrent_gated_delta_rule",
+        "torch": "gdn.vectorized_recurrent:fused_recurrent_gated_delta_rule",  # tested against reference_recurrent
         "triton": "gdn.triton_recurrent:fused_recurrent_gated_delta_rule",
         "ascendc": "ascendc_backend:fused_recurrent_gated_delta_rule",
     },
@@ -63,7 +63,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "ascendc": "ascendc_backend:causal_conv1d_fn",
     },
     "causal_conv1d_update": {
-        "torch": "conv.reference:causal_conv1d_update",
+        "torch": "conv.vectorized_update:causal_conv1d_update",  # tested against conv.reference
         "triton": "conv.triton:causal_conv1d_update",
         "ascendc": "ascendc_backend:causal_conv1d_update",
     },

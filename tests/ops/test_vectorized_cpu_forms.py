@@ -1,0 +1,130 @@
+"""The vectorised torch-backend forms against the references they stand in for.
+
+``ops/gdn/vectorized_recurrent.py`` and ``ops/conv/vectorized_update.py`` are
+what ``backend="torch"`` runs (so tests/ops/test_gdn_reference.py and
+test_conv_reference.py check them against float64 loops through the public
+ops); here they are called side by side with the readable references on the
+same inputs, over every mode of the contract: state pools with padding and
+fresh sequences, plain initial states, packed sequences of unequal (and zero)
+length, several tokens per sequence, grouped heads, low-precision inputs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from tolerances import VECTORIZED_VS_REFERENCE, tol
+
+from qwen_ops.ops._backend import resolve
+from qwen_ops.ops.conv import reference as conv_reference
+from qwen_ops.ops.conv import vectorized_update
+from qwen_ops.ops.gdn import reference_recurrent, vectorized_recurrent
+from qwen_ops.testing import Draw, conv_update_call, gdn_inputs, offsets, pool_indices, state_pool
+
+F32 = torch.float32
+
+
+def _copies(arguments: dict) -> dict:
+    return {name: value.clone() if torch.is_tensor(value) else value for name, value in arguments.items()}
+
+
+def _both(reference_fn, vectorized_fn, arguments: dict):
+    """(reference result, its arguments after the call), (vectorised result, its arguments after the call)."""
+    ref_args, vec_args = _copies(arguments), _copies(arguments)
+    return (reference_fn(**ref_args), ref_args), (vectorized_fn(**vec_args), vec_args)
+
+
+def _gdn_arguments(gen, *, batch, tokens, hk, hv, dtype=F32, l2norm=True, **modes) -> dict:
+    draw = Draw(gen)
+    q, k, v, g, beta = gdn_inputs(draw, batch=batch, tokens=tokens, hk=hk, hv=hv, dk=16, dv=8, dtype=dtype,
+                                  l2norm_in_kernel=l2norm)
+    arguments = dict(q=q, k=k, v=v, g=g, beta=beta, scale=16 ** -0.5, initial_state=None, output_final_state=True,
+                     cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
+                     use_qk_l2norm_in_kernel=l2norm)
+    arguments.update(modes)
+    return arguments
+
+
+def _assert_gdn_match(arguments, dtype=F32):
+    ((o_ref, final_ref), ref_args), ((o_vec, final_vec), vec_args) = _both(
+        reference_recurrent.fused_recurrent_gated_delta_rule,
+        vectorized_recurrent.fused_recurrent_gated_delta_rule, arguments)
+    assert o_vec.dtype == o_ref.dtype and o_vec.shape == o_ref.shape
+    torch.testing.assert_close(o_vec, o_ref, **tol(VECTORIZED_VS_REFERENCE, dtype))
+    if final_ref is None:
+        assert final_vec is None
+    else:
+        torch.testing.assert_close(final_vec, final_ref, **tol(VECTORIZED_VS_REFERENCE, F32))
+    if arguments["initial_state"] is not None:  # pool rows written (or a plain state left alone) alike
+        torch.testing.assert_close(vec_args["initial_state"], ref_args["initial_state"],
+                                   **tol(VECTORIZED_VS_REFERENCE, F32))
+    for name in ("q", "k", "v", "g", "beta"):
+        assert torch.equal(vec_args[name], arguments[name]), f"{name} was modified"
+
+
+@pytest.mark.parametrize("hk,hv", [(2, 4), (2, 2)])
+def test_gdn_decode_step_on_pool_with_padding_and_fresh_rows(gen, hk, hv):
+    draw = Draw(gen)
+    pool = state_pool(draw, 9, hv, 16, 8, scale=0.1)
+    indices = pool_indices(draw, 6, 9, padding=[1, 4])
+    _assert_gdn_match(_gdn_arguments(gen, batch=6, tokens=1, hk=hk, hv=hv, initial_state=pool,
+                                     ssm_state_indices=indices,
+                                     has_initial_state=torch.tensor([True, True, False, True, True, False])))
+
+
+def test_gdn_several_tokens_from_plain_initial_states(gen):
+    initial = state_pool(Draw(gen), 3, 4, 16, 8, scale=0.1)
+    _assert_gdn_match(_gdn_arguments(gen, batch=3, tokens=5, hk=2, hv=4, initial_state=initial,
+                                     has_initial_state=torch.tensor([True, False, True])))
+
+
+@pytest.mark.parametrize("with_pool", [True, False])
+def test_gdn_packed_sequences_of_unequal_and_zero_length(gen, with_pool):
+    lengths = [3, 0, 12, 1, 5]
+    modes = dict(cu_seqlens=offsets(lengths))
+    if with_pool:
+        draw = Draw(gen)
+        modes.update(initial_state=state_pool(draw, 7, 4, 16, 8, scale=0.1),
+                     ssm_state_indices=pool_indices(draw, len(lengths), 7, padding=[3]),
+                     has_initial_state=torch.tensor([True, True, False, True, True]))
+    _assert_gdn_match(_gdn_arguments(gen, batch=1, tokens=sum(lengths), hk=2, hv=4, **modes))
+
+
+def test_gdn_no_state_no_l2norm_no_final(gen):
+    _assert_gdn_match(_gdn_arguments(gen, batch=2, tokens=4, hk=1, hv=2, l2norm=False, output_final_state=False))
+
+
+def test_gdn_bfloat16_inputs(gen):
+    _assert_gdn_match(_gdn_arguments(gen, batch=3, tokens=2, hk=2, hv=4, dtype=torch.bfloat16),
+                      dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("activation", ["silu", None])
+@pytest.mark.parametrize("dtype", [F32, torch.bfloat16])
+def test_conv_update_matches_reference(gen, with_bias, activation, dtype):
+    draw = Draw(gen)
+    arguments = conv_update_call(draw, 24, 4, dtype, pool_rows=8, bias=with_bias,
+                                 cache_indices=pool_indices(draw, 5, 8, padding=[2]))
+    arguments["activation"] = activation
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_update,
+                                                     vectorized_update.causal_conv1d_update, arguments)
+    torch.testing.assert_close(out_vec, out_ref, **tol(VECTORIZED_VS_REFERENCE, dtype))
+    # The state shift only moves stored values: bit-identical.
+    assert torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+    assert torch.equal(vec_args["x"], arguments["x"]) and torch.equal(vec_args["weight"], arguments["weight"])
+
+
+def test_conv_update_all_padding_writes_nothing(gen):
+    draw = Draw(gen)
+    arguments = conv_update_call(draw, 8, 4, F32, pool_rows=3, cache_indices=[-1, -1])
+    arguments["activation"] = "silu"
+    before = arguments["conv_states"].clone()
+    out = vectorized_update.causal_conv1d_update(**arguments)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(arguments["conv_states"], before)
+
+
+def test_torch_backend_runs_the_vectorised_forms_on_cpu():
+    cpu = torch.device("cpu")
+    assert resolve("fused_recurrent_gated_delta_rule", "torch", cpu) is \
+        vectorized_recurrent.fused_recurrent_gated_delta_rule
+    assert resolve("causal_conv1d_update", "torch", cpu) is vectorized_update.causal_conv1d_update
