@@ -19,11 +19,20 @@ import torch.nn.functional as F
 F32 = torch.float32
 
 
-def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activation):
+def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activation, query_start_loc=None,
+                         num_accepted_tokens=None):
     """x [B, C], one new input per sequence; conv_states [S, K-1, C] shifted in place. Returns [B, C] in x's dtype.
 
-    Pool index -1 is padding: output zeros, nothing written.
+    Pool index -1 is padding: output zeros, nothing written. The speculative-decoding
+    form (``num_accepted_tokens``, x [T, C] packed by ``query_start_loc``) runs the reference.
     """
+    if num_accepted_tokens is not None:
+        from .reference import causal_conv1d_update_spec_decode
+
+        return causal_conv1d_update_spec_decode(x=x, conv_states=conv_states, weight=weight, bias=bias,
+                                                cache_indices=cache_indices, activation=activation,
+                                                query_start_loc=query_start_loc,
+                                                num_accepted_tokens=num_accepted_tokens)
     valid = (cache_indices >= 0).nonzero().squeeze(-1)
     everyone = valid.numel() == x.shape[0]
     if valid.numel() == 0:

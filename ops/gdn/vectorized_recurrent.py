@@ -68,8 +68,12 @@ def _sequences_as_rows(x: torch.Tensor, gather: torch.Tensor | None, rows: int, 
 
 
 def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                                     ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+                                     ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel,
+                                     num_accepted_tokens=None):
     """Gated delta rule token by token in float32, all sequences and heads at once.
+
+    The speculative-decoding form (``num_accepted_tokens`` with 2-D pool indices,
+    one state row per token) is not vectorised here: it runs the reference.
 
     Arguments, shapes and result as ``reference_recurrent.run_per_sequence``:
     q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv]; initial_state
@@ -77,6 +81,13 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
     [N] (-1 = padding: zero outputs, zero final state, nothing written). Returns
     ``(o [B, T, Hv, Dv] in v's dtype, final_state float32 [N, Hv, Dk, Dv] or None)``.
     """
+    if num_accepted_tokens is not None:
+        from .reference_recurrent import fused_recurrent_gated_delta_rule as reference
+
+        return reference(q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=initial_state,
+                         output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                         ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                         use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, num_accepted_tokens=num_accepted_tokens)
     batch, tokens, num_k_heads, dk = q.shape
     num_v_heads, dv = v.shape[2], v.shape[3]
     group = num_v_heads // num_k_heads
