@@ -169,11 +169,14 @@ class LLMEngine:
                 or not kv_cache_memory_gib > 0:
             raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")
         self.kv_cache_dtype = torch.int8 if kv_cache_dtype == "int8" else self.dtype
+        num_gdn_groups = _num_gdn_groups(self.config, enable_prefix_caching)
+        # "none" mode: one GDN page per group and request, from the same pool as the KV blocks.
+        gdn_pages = num_gdn_groups
         self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
-            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks)
+            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages)
         self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype,
-                                kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks)
+                                kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks, gdn_pages_per_request=gdn_pages)
         self.kv_cache_memory_gib = kv_cache_memory_gib
 
         kv_scales = None
@@ -188,7 +191,7 @@ class LLMEngine:
             block_size=block_size, num_blocks=self.plan.num_blocks, max_model_len=self.max_model_len,
             enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
             long_prefill_token_threshold=long_prefill_token_threshold,
-            num_gdn_groups=_num_gdn_groups(self.config, enable_prefix_caching))
+            num_gdn_groups=num_gdn_groups)
         self.scheduler = Scheduler(self.scheduler_config)
         self._tracked: dict[str, _Tracked] = {}
         self.step_stats: list[StepStats] = []
@@ -197,7 +200,8 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ setup
 
-    def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks) -> tuple[int, str]:
+    def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks,
+                               gdn_pages) -> tuple[int, str]:
         """(max_model_len, why): the given one; else the config's, or the longest the budget holds if shorter."""
         if given is not None:
             return given, "given"
@@ -206,7 +210,7 @@ class LLMEngine:
         configured = self.config.max_position_embeddings
         fits = fit_max_model_len(self.config, budget_bytes=int(budget_gib * 2**30), block_size=block_size,
                                  max_num_seqs=max_num_seqs, dtype=self.dtype, kv_dtype=self.kv_cache_dtype,
-                                 num_blocks=num_blocks)
+                                 num_blocks=num_blocks, gdn_pages_per_request=gdn_pages)
         if fits >= configured:
             return configured, "the config's max_position_embeddings"
         if fits < 2:

@@ -88,17 +88,21 @@ class MemoryPlan:
 
 def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: int, max_num_seqs: int,
                 max_model_len: int, dtype: torch.dtype, kv_dtype: torch.dtype,
-                num_blocks: int | None = None) -> MemoryPlan:
+                num_blocks: int | None = None, gdn_pages_per_request: int = 0) -> MemoryPlan:
     """Size the KV cache and state pools.
 
     One state slot per running request: ``max_num_seqs`` slots, fewer when half
     the budget cannot hold them (and then ``max_num_seqs`` shrinks to match).
     The KV blocks take the rest of the budget, capped at what ``max_num_seqs``
-    requests of ``max_model_len`` tokens can use; ``num_blocks`` overrides that.
+    requests of ``max_model_len`` tokens can use, each also holding
+    ``gdn_pages_per_request`` pool pages (the scheduler's accounting of a hybrid
+    model's GDN states, vLLM's one-pool layout; the model itself keeps those
+    states in the state pools until it reads them from the pages);
+    ``num_blocks`` overrides that.
     """
     slot_bytes = max(bytes_per_state_slot(config, dtype), 1)
     block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
-    blocks_per_seq = -(-max_model_len // block_size)
+    blocks_per_seq = -(-max_model_len // block_size) + gdn_pages_per_request
     slots = max_num_seqs
     if budget_bytes is not None:
         slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
@@ -149,16 +153,19 @@ def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, n
 
 
 def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: int, max_num_seqs: int,
-                      dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None) -> int:
+                      dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None,
+                      gdn_pages_per_request: int = 0) -> int:
     """The longest request (in tokens, a whole number of blocks) that ``plan_memory`` can hold in the budget.
 
     The state slots take what ``plan_memory`` gives them (at most half the
-    budget); the KV blocks left (or ``num_blocks``), less the null block, all
-    go to one request. 0 when not even one block fits.
+    budget); the KV blocks left (or ``num_blocks``), less the null block and the
+    request's GDN state pages (``gdn_pages_per_request``: the scheduler takes a
+    hybrid model's GDN pages from the same pool, as vLLM does), all go to one
+    request. 0 when not even one block fits.
     """
     slot_bytes = max(bytes_per_state_slot(config, dtype), 1)
     block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
     slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
     if num_blocks is None:
         num_blocks = (budget_bytes - slots * slot_bytes) // block_bytes
-    return max(0, num_blocks - NUM_RESERVED_BLOCKS) * block_size
+    return max(0, num_blocks - NUM_RESERVED_BLOCKS - gdn_pages_per_request) * block_size

@@ -52,9 +52,10 @@ def one_request_output(request_id: str, token_ids: list[int], block_ids: list[in
         num_computed_tokens={request_id: num_computed_tokens}, token_ids={request_id: list(token_ids)},
         block_ids={request_id: list(block_ids)},
         new_block_ids={request_id: list(block_ids if new_block_ids is None else new_block_ids)},
+        group_block_ids={request_id: (list(block_ids),)}, num_cached_tokens={request_id: 0} if new else {},
         scheduled_spec_decode_tokens={}, state_slots={request_id: state_slot}, sampling_req_ids=[request_id],
         new_req_ids=[request_id] if new else [], resumed_req_ids=[], preempted_req_ids=set(),
-        finished_req_ids=set(), num_free_blocks=0, num_free_state_slots=0, block_size=block_size)
+        finished_req_ids=set(), num_free_blocks=0, block_size=block_size)
 
 
 class ModelRunner:
