@@ -91,13 +91,20 @@ def paged_decode_attention(*, query, key_cache, value_cache, block_tables, seq_l
 def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, output_final_state=False,
                                      cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
                                      use_qk_l2norm_in_kernel=False):
-    op = "fused_recurrent_gated_delta_rule"
+    return _delta_rule(_ext().ascendc_fused_recurrent_gated_delta_rule, "fused_recurrent_gated_delta_rule", q, k, v,
+                       g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
+                       has_initial_state, use_qk_l2norm_in_kernel)
+
+
+def _delta_rule(binding, op, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+    """Both delta-rule bindings: a state pool is updated in place (so it must be contiguous), plain states are read."""
     if initial_state is not None:
         if ssm_state_indices is not None:
             initial_state = _in_place(op, "initial_state", initial_state)
         else:
             initial_state = initial_state.contiguous()
-    o, final = _ext().ascendc_fused_recurrent_gated_delta_rule(
+    o, final = binding(
         _c(q), _c(k), _c(v), _c(g), _c(beta), float(scale), initial_state, bool(output_final_state),
         _c(cu_seqlens), _c(ssm_state_indices), _c(has_initial_state), bool(use_qk_l2norm_in_kernel), **_config())
     return o, (final if output_final_state else None)
@@ -111,15 +118,8 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, outpu
     if dk % 16 or dv % 16 or dk > 128 or dv > 128:
         raise BackendError(f"{op}: backend 'ascendc' needs head dims Dk and Dv that are multiples of 16 up to 128 "
                            f"(a Dk x Dv float32 state fills one 64 KB L0B), got Dk = {dk}, Dv = {dv}")
-    if initial_state is not None:
-        if ssm_state_indices is not None:
-            initial_state = _in_place(op, "initial_state", initial_state)
-        else:
-            initial_state = initial_state.contiguous()
-    o, final = _ext().ascendc_chunk_gated_delta_rule(
-        _c(q), _c(k), _c(v), _c(g), _c(beta), float(scale), initial_state, bool(output_final_state),
-        _c(cu_seqlens), _c(ssm_state_indices), _c(has_initial_state), bool(use_qk_l2norm_in_kernel), **_config())
-    return o, (final if output_final_state else None)
+    return _delta_rule(_ext().ascendc_chunk_gated_delta_rule, op, q, k, v, g, beta, scale, initial_state,
+                       output_final_state, cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel)
 
 
 def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu") -> torch.Tensor:
