@@ -51,6 +51,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "chunk_gated_delta_rule": {
         "torch": "gdn.reference_chunk:chunk_gated_delta_rule",
         "triton": "gdn.triton_chunk:chunk_gated_delta_rule",
+        "ascendc": "ascendc_backend:chunk_gated_delta_rule",
     },
     "fused_recurrent_gated_delta_rule": {
         "torch": "gdn.vectorized_recurrent:fused_recurrent_gated_delta_rule",  # tested against reference_recurrent

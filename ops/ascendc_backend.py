@@ -23,7 +23,8 @@ import torch
 from ._backend import BackendError
 
 KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
-           "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating", "prefill_attention")
+           "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating", "prefill_attention",
+           "chunk_gated_delta_rule")
 
 _local = threading.local()
 
@@ -99,15 +100,35 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=N
                                      use_qk_l2norm_in_kernel=False, num_accepted_tokens=None):
     op = "fused_recurrent_gated_delta_rule"
     _no_spec_decode(op, num_accepted_tokens)
+    return _delta_rule(_ext().ascendc_fused_recurrent_gated_delta_rule, "fused_recurrent_gated_delta_rule", q, k, v,
+                       g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
+                       has_initial_state, use_qk_l2norm_in_kernel)
+
+
+def _delta_rule(binding, op, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
+    """Both delta-rule bindings: a state pool is updated in place (so it must be contiguous), plain states are read."""
     if initial_state is not None:
         if ssm_state_indices is not None:
             initial_state = _in_place(op, "initial_state", initial_state)
         else:
             initial_state = initial_state.contiguous()
-    o, final = _ext().ascendc_fused_recurrent_gated_delta_rule(
+    o, final = binding(
         _c(q), _c(k), _c(v), _c(g), _c(beta), float(scale), initial_state, bool(output_final_state),
         _c(cu_seqlens), _c(ssm_state_indices), _c(has_initial_state), bool(use_qk_l2norm_in_kernel), **_config())
     return o, (final if output_final_state else None)
+
+
+def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, output_final_state=False, cu_seqlens=None,
+                           ssm_state_indices=None, has_initial_state=None, use_qk_l2norm_in_kernel=False):
+    """The chunked delta rule on the mixed AIC+AIV kernel: Dk and Dv multiples of 16 up to 128."""
+    op = "chunk_gated_delta_rule"
+    dk, dv = q.shape[-1], v.shape[-1]
+    if dk % 16 or dv % 16 or dk > 128 or dv > 128:
+        raise BackendError(f"{op}: backend 'ascendc' needs head dims Dk and Dv that are multiples of 16 up to 128 "
+                           f"(a Dk x Dv float32 state fills one 64 KB L0B), got Dk = {dk}, Dv = {dv}")
+    return _delta_rule(_ext().ascendc_chunk_gated_delta_rule, op, q, k, v, g, beta, scale, initial_state,
+                       output_final_state, cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel)
 
 
 def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu",

@@ -100,6 +100,21 @@ void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::G
   Info()["ub_high_water"] = stats.ubHighWater;
   if (!err.empty()) throw std::runtime_error(err);
 }
+
+void RunSimMix(const char* kernel, uint32_t groups, const std::vector<qwen_sim::GmRegion>& regions,
+               const std::function<void()>& body) {
+  qwen_sim::LaunchStats stats;
+  std::string err;
+  {
+    py::gil_scoped_release release;
+    err = qwen_sim::Launch(kernel, groups, qwen_sim::LaunchKind::Mix1To2, body, regions, &stats);
+  }
+  Info() = py::dict();
+  Info()["kernel"] = kernel;
+  Info()["block_dim"] = stats.blocks;
+  Info()["ub_high_water"] = stats.ubHighWater;
+  if (!err.empty()) throw std::runtime_error(err);
+}
 #endif
 
 namespace {
@@ -113,7 +128,7 @@ void qwen_register_ascendc(pybind11::module_& m) {
   m.attr("ascendc_kernels") = py::make_tuple("reshape_and_cache", "paged_decode_attention",
                                              "fused_recurrent_gated_delta_rule", "causal_conv1d_update",
                                              "causal_conv1d_fn", "fused_gdn_gating",
-                                             "prefill_attention");
+                                             "prefill_attention", "chunk_gated_delta_rule");
   qwen_bind::RegisterReshapeAndCache(m);
   qwen_bind::RegisterPagedDecodeAttention(m);
   qwen_bind::RegisterFusedRecurrentGatedDeltaRule(m);
@@ -121,6 +136,7 @@ void qwen_register_ascendc(pybind11::module_& m) {
   qwen_bind::RegisterCausalConv1dFn(m);
   qwen_bind::RegisterFusedGdnGating(m);
   qwen_bind::RegisterPrefillAttention(m);
+  qwen_bind::RegisterChunkGatedDeltaRule(m);
   m.def("ascendc_last_launch", &qwen_bind::LastLaunch,
         "Tiling and unified-buffer high-water mark of the last Ascend C launch (stand-in: measured).");
 }

@@ -148,6 +148,28 @@ void Launch(Kernel kernel, const char* op, const Tiling& tiling, const at::Devic
   LaunchOn(Cores::kVector, kernel, op, tiling, device, args...);
 }
 
+// Launches a KERNEL_TYPE_MIX_AIC_1_2 kernel on tiling.usedCores groups (one
+// AIC and two AIVs each), as Launch() does for vector kernels; on the stand-in
+// all 3 * usedCores cores run at once and their GM hand-offs are race-checked.
+#ifndef QWEN_OPS_WITH_CANN
+void RunSimMix(const char* kernel, uint32_t groups, const std::vector<qwen_sim::GmRegion>& regions,
+               const std::function<void()>& body);
+#endif
+template <typename Kernel, typename Tiling, typename... GmArgs>
+void LaunchMix(Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device, const GmArgs&... args) {
+  const at::Tensor tilingDev = TilingBytes(tiling, device);
+  const GmArg tilingArg = Arg("tiling", tilingDev, kRead);
+#ifdef QWEN_OPS_WITH_CANN
+  (void)op;
+  kernel(tiling.usedCores, c10_npu::getCurrentNPUStream().stream(), args.ptr..., tilingArg.ptr);
+#else
+  std::vector<qwen_sim::GmRegion> regions;
+  for (const GmArg& a : {args..., tilingArg})
+    if (a.ptr != nullptr) regions.push_back({a.ptr, a.bytes, a.access == kWrite, a.name});
+  RunSimMix(op, tiling.usedCores, regions, [&] { kernel(args.ptr..., tilingArg.ptr); });
+#endif
+}
+
 // ------------------------------------------------------------------ registration
 
 // One per op, defined in bindings/ascendc/<op>.cpp; called by qwen_register_ascendc (binding.cpp).
@@ -158,6 +180,7 @@ void RegisterCausalConv1dUpdate(py::module_& m);
 void RegisterCausalConv1dFn(py::module_& m);
 void RegisterFusedGdnGating(py::module_& m);
 void RegisterPrefillAttention(py::module_& m);
+void RegisterChunkGatedDeltaRule(py::module_& m);
 
 }  // namespace qwen_bind
 

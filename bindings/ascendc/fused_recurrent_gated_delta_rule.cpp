@@ -1,6 +1,6 @@
 // qwen_ops._C.ascendc_fused_recurrent_gated_delta_rule: checks, tiling and launch of the Ascend C kernel
 // ops_ascendc/fused_recurrent_gated_delta_rule/.
-#include "binding.h"
+#include "delta_rule.h"
 
 #include "fused_recurrent_gated_delta_rule/op_host/fused_recurrent_gated_delta_rule_tiling_host.h"
 
@@ -21,42 +21,8 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>> GdnRecurrent(
     const c10::optional<at::Tensor>& cuSeqlens, const c10::optional<at::Tensor>& stateIndices,
     const c10::optional<at::Tensor>& hasInitial, bool useL2Norm, int64_t numCores, int64_t ubBytes, int64_t maxTile) {
   const char* op = "fused_recurrent_gated_delta_rule";
-  Expect(op, "q", q, 4);
-  const int64_t b = q.size(0), t = q.size(1), hk = q.size(2), dk = q.size(3);
-  ExpectShape(op, "k", k, {b, t, hk, dk});
-  Expect(op, "v", v, 4);
-  const int64_t hv = v.size(2), dv = v.size(3);
-  ExpectShape(op, "v", v, {b, t, hv, dv});
-  ExpectShape(op, "g", g, {b, t, hv});
-  ExpectShape(op, "beta", beta, {b, t, hv});
-  TORCH_CHECK(IsFloat(q) && k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), op,
-              ": q, k, v must share one float dtype");
-  TORCH_CHECK(g.scalar_type() == at::kFloat, op, ": 'g' must be float32");
-  TORCH_CHECK(IsFloat(beta), op, ": 'beta' must be a float dtype");
-  TORCH_CHECK(hk > 0 && hv % hk == 0, op, ": Hv = ", hv, " must be a multiple of Hk = ", hk);
-  int64_t nseq = b;
-  if (cuSeqlens.has_value()) {
-    Expect(op, "cu_seqlens", *cuSeqlens, 1);
-    TORCH_CHECK(IsIndex(*cuSeqlens) && cuSeqlens->numel() >= 1 && b == 1, op,
-                ": 'cu_seqlens' must be int32/int64 [N+1] with B == 1");
-    nseq = cuSeqlens->numel() - 1;
-  }
-  if (stateIndices.has_value()) {
-    ExpectShape(op, "ssm_state_indices", *stateIndices, {nseq});
-    TORCH_CHECK(IsIndex(*stateIndices), op, ": 'ssm_state_indices' must be int32/int64");
-    TORCH_CHECK(initialState.has_value(), op, ": 'ssm_state_indices' needs the state pool 'initial_state'");
-    Expect(op, "initial_state", *initialState, 4);
-    ExpectShape(op, "initial_state", *initialState, {initialState->size(0), hv, dk, dv});
-  } else if (initialState.has_value()) {
-    ExpectShape(op, "initial_state", *initialState, {nseq, hv, dk, dv});
-  }
-  if (initialState.has_value())
-    TORCH_CHECK(initialState->scalar_type() == at::kFloat, op, ": 'initial_state' must be float32");
-  if (hasInitial.has_value()) {
-    ExpectShape(op, "has_initial_state", *hasInitial, {nseq});
-    TORCH_CHECK(hasInitial->scalar_type() == at::kBool, op, ": 'has_initial_state' must be bool");
-    TORCH_CHECK(initialState.has_value(), op, ": 'has_initial_state' needs 'initial_state'");
-  }
+  const DeltaRuleDims d = ExpectDeltaRule(op, q, k, v, g, beta, initialState, cuSeqlens, stateIndices, hasInitial);
+  const int64_t nseq = d.nseq, hv = d.hv, dk = d.dk, dv = d.dv;
   at::Tensor o = at::empty_like(v);
   c10::optional<at::Tensor> finalState;
   if (outputFinalState) finalState = at::empty({nseq, hv, dk, dv}, v.options().dtype(at::kFloat));
@@ -64,25 +30,9 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>> GdnRecurrent(
     if (o.numel()) o.zero_();
     return {o, finalState};
   }
-  qwen_ascendc::GdnRecurrentTiling shape{};
-  shape.numSeqs = U32(op, nseq, "N");
-  shape.seqLen = U32(op, t, "T");
-  shape.totalTokens = U32(op, b * t, "B * T");
-  shape.numKHeads = U32(op, hk, "Hk");
-  shape.numVHeads = U32(op, hv, "Hv");
-  shape.dk = U32(op, dk, "Dk");
-  shape.dv = U32(op, dv, "Dv");
-  shape.qkvDtype = Code(q.scalar_type());
-  shape.betaDtype = Code(beta.scalar_type());
-  shape.cuDtype = cuSeqlens.has_value() ? Code(cuSeqlens->scalar_type()) : 0;
-  shape.idxDtype = stateIndices.has_value() ? Code(stateIndices->scalar_type()) : 0;
-  shape.hasCuSeqlens = cuSeqlens.has_value();
-  shape.hasInitialState = initialState.has_value();
-  shape.hasIndices = stateIndices.has_value();
-  shape.hasHasInitial = hasInitial.has_value();
-  shape.writeFinal = outputFinalState;
-  shape.useL2Norm = useL2Norm;
-  shape.scale = static_cast<float>(scale);
+  using Tiling = qwen_ascendc::GdnRecurrentTiling;
+  const Tiling shape = DeltaRuleShape<Tiling>(op, d, q, beta, initialState, cuSeqlens, stateIndices, hasInitial,
+                                              outputFinalState, useL2Norm, scale);
   const auto tiling = qwen_ascendc::PlanGdnRecurrent(shape, Config(numCores, ubBytes, maxTile));
   // A state pool (with ssm_state_indices) is updated in place; plain initial states are only read.
   const Access poolAccess = stateIndices.has_value() ? kWrite : kRead;

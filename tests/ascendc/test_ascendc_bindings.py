@@ -52,6 +52,13 @@ def fused_recurrent_gated_delta_rule():
                 ssm_state_indices=torch.tensor([2, 0], dtype=torch.int32), has_initial_state=torch.tensor([True, False]))
 
 
+def chunk_gated_delta_rule():
+    return dict(q=_rand(1, 70, 1, 16), k=_rand(1, 70, 1, 16), v=_rand(1, 70, 2, 16), g=-torch.rand(1, 70, 2),
+                beta=torch.rand(1, 70, 2), scale=0.25, initial_state=_rand(4, 2, 16, 16), output_final_state=True,
+                cu_seqlens=torch.tensor([0, 1, 70], dtype=torch.int32),
+                ssm_state_indices=torch.tensor([2, 0], dtype=torch.int32), has_initial_state=torch.tensor([True, False]))
+
+
 def causal_conv1d_update():
     return dict(x=_rand(2, 64), conv_states=_rand(3, 3, 64), weight=_rand(64, 4), bias=_rand(64),
                 cache_indices=torch.tensor([1, -1]), silu=True)
@@ -68,9 +75,10 @@ def fused_gdn_gating():
 
 
 VALID = {f.__name__: f for f in (reshape_and_cache, paged_decode_attention, fused_recurrent_gated_delta_rule,
-                                 causal_conv1d_update, causal_conv1d_fn, fused_gdn_gating)}
+                                 causal_conv1d_update, causal_conv1d_fn, fused_gdn_gating, chunk_gated_delta_rule)}
 # What each binding may write in place.
 WRITES = {"reshape_and_cache": ("key_cache", "value_cache"), "fused_recurrent_gated_delta_rule": ("initial_state",),
+          "chunk_gated_delta_rule": ("initial_state",),
           "causal_conv1d_update": ("conv_states",), "causal_conv1d_fn": ("conv_states",)}
 
 
@@ -145,6 +153,20 @@ CASES = [
     ("fused_recurrent_gated_delta_rule", "key head dim no tile fits",
      many(wider_head(8192, "q", "k"), put("initial_state", lambda t: torch.zeros(4, 2, 8192, 16))),
      r"a state column tile with Dk = 8192 does not fit"),
+    # chunk_gated_delta_rule
+    ("chunk_gated_delta_rule", "non-contiguous k", strided("k"), r"'k' must be contiguous"),
+    ("chunk_gated_delta_rule", "non-contiguous state pool", strided("initial_state"),
+     r"'initial_state' must be contiguous"),
+    ("chunk_gated_delta_rule", "beta int32", put("beta", lambda t: t.int()), r"'beta' must be a float dtype"),
+    ("chunk_gated_delta_rule", "has_initial_state one short", put("has_initial_state", lambda t: t[:1]),
+     r"'has_initial_state' must have shape \[2\]"),
+    ("chunk_gated_delta_rule", "state head dim differs", put("initial_state", lambda t: t[..., :8].contiguous()),
+     r"'initial_state' must have shape \[4, 2, 16, 16\]"),
+    ("chunk_gated_delta_rule", "head dim past the limit",
+     many(wider_head(144, "q", "k"), put("initial_state", lambda t: torch.zeros(4, 2, 144, 16))),
+     r"multiples of 16 up to 128 .*Dk = 144, Dv = 16"),
+    ("chunk_gated_delta_rule", "head dim not a multiple of 16", many(wider_head(24, "v"), put("initial_state", lambda t: torch.zeros(4, 2, 16, 24))),
+     r"multiples of 16 up to 128 .*Dk = 16, Dv = 24"),
     # causal_conv1d_update
     ("causal_conv1d_update", "non-contiguous conv_states", strided("conv_states"), r"'conv_states' must be contiguous"),
     ("causal_conv1d_update", "cache_indices float", put("cache_indices", lambda t: t.float()),
