@@ -36,7 +36,8 @@ class SpeculativeDecoder:
         self.mtp = mtp
         self.k = num_speculative_tokens
         self.num_accepted: dict[str, int] = {}  # tokens the last verify step accepted, the target's one included
-        self.stats: dict[str, SpecDecodingStats] = {}
+        self.stats: dict[str, SpecDecodingStats] = {}  # per request, until its output is taken
+        self.total = SpecDecodingStats(num_speculative_tokens)  # every draft verified since the engine started
 
     @property
     def rows_per_request(self) -> int:
@@ -72,6 +73,7 @@ class SpeculativeDecoder:
             self.num_accepted[request_id] = a + 1
             if d:
                 self.request_stats(request_id).observe(len(d), a)
+                self.total.observe(len(d), a)
         return result.token_ids, result.num_accepted
 
     @torch.inference_mode()
