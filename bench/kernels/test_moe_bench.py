@@ -30,7 +30,7 @@ def test_fused_experts(benchmark, backend, tokens):
     x = kbench.randn(tokens, HIDDEN, gen=gen)
     w13 = kbench.randn(EXPERTS, 2 * INTER, HIDDEN, gen=gen, scale=HIDDEN ** -0.5)
     w2 = kbench.randn(EXPERTS, HIDDEN, INTER, gen=gen, scale=INTER ** -0.5)
-    scores = torch.rand(tokens, EXPERTS, generator=gen, device=DEVICE)
+    scores = torch.rand(tokens, EXPERTS, generator=gen.gen, device=DEVICE)
     weights, ids = torch.topk(scores, TOP_K, dim=-1)
     weights = (weights / weights.sum(-1, keepdim=True)).to(DTYPE)
     kbench.run(benchmark, lambda: ops.fused_experts(x, w13, w2, weights, ids, backend=backend),

@@ -11,7 +11,7 @@ NUM_BLOCKS, BLOCK_SIZE, SLOTS = 16, 4, 4
 
 def mixed_step():
     s = make_scheduler(max_num_batched_tokens=8, block_size=BLOCK_SIZE, num_blocks=NUM_BLOCKS,
-                       num_state_slots=SLOTS)
+                       num_gdn_groups=1, max_num_seqs=SLOTS)  # hybrid: SLOTS GDN state slots
     s.add_request(make_request("d", 5, max_tokens=10))
     step(s)
     s.add_request(make_request("p", 12, max_tokens=3, arrival=1.0, token=5))
