@@ -122,7 +122,8 @@ def _decode_output(req_ids: list[str], positions: list[int], tokens: list[int],
     return SchedulerOutput(
         num_scheduled_tokens={r: 1 for r in req_ids}, total_num_scheduled_tokens=len(req_ids),
         num_computed_tokens=dict(zip(req_ids, positions)), token_ids={r: [t] for r, t in zip(req_ids, tokens)},
-        block_ids={r: out.block_ids[r] for r in req_ids}, new_block_ids={}, group_block_ids={}, num_cached_tokens={}, scheduled_spec_decode_tokens={},
+        block_ids={r: out.block_ids[r] for r in req_ids}, new_block_ids={}, group_block_ids={}, num_cached_tokens={},
+        scheduled_spec_decode_tokens={},
         state_slots={}, sampling_req_ids=list(req_ids), new_req_ids=[], resumed_req_ids=[],
         preempted_req_ids=set(), finished_req_ids=set(), num_free_blocks=0,
         block_size=out.block_size)

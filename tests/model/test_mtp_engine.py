@@ -153,3 +153,26 @@ def test_cli_prints_speculation_statistics(text_mtp_checkpoint, capsys):
     err = capsys.readouterr().err
     assert "speculative decoding: mean acceptance length" in err
     assert main(["--model", text_mtp_checkpoint, "--speculative-tokens", "-1", "--temperature", "0"]) == 2
+
+
+def test_speculative_metadata_is_validated_on_the_host():
+    from qwen_ops.model.model_runner import one_request_output
+    from qwen_ops.scheduling import build_step_metadata
+
+    meta = build_step_metadata(one_request_output("r", [5, 6], [1], 4, num_computed_tokens=2, new=False))
+    meta.num_decodes, meta.num_prefills = 1, 0  # a verify row of 1 + k = 2 tokens
+
+    def check(rows, accepted):
+        meta.spec_state_indices = torch.tensor(rows, dtype=torch.int32)
+        meta.num_accepted_tokens = torch.tensor(accepted, dtype=torch.int32)
+        meta.validate(num_blocks=4, block_size=4, num_state_slots=4)
+
+    check([[2, 3]], [2])
+    with pytest.raises(ValueError, match="num_accepted_tokens"):
+        check([[2, 3]], [3])
+    with pytest.raises(ValueError, match="repeats an index"):
+        check([[2, 2]], [1])
+    with pytest.raises(ValueError, match="outside"):
+        check([[3, 4]], [1])
+    with pytest.raises(ValueError, match="1 \\+ k"):
+        check([[2]], [1])  # 2 tokens in a row with room for 1
