@@ -55,8 +55,10 @@ class FullAttention:
         k_scale, v_scale = caches.k_scales.get(self.layer), caches.v_scales.get(self.layer)
         ops.reshape_and_cache(key, value, key_cache, value_cache, batch.slot_mapping, k_scale, v_scale,
                               backend=self.backend("reshape_and_cache"))
+        # Speculative verify rows (1 + k tokens) run as chunks: then no row is a one-token decode.
+        num_decodes = getattr(batch, "num_attention_decodes", batch.num_decodes)
         out = ops.mixed_attention(query, key, value, key_cache, value_cache, batch.block_tables,
-                                  batch.query_start_loc, batch.seq_lens, batch.num_decodes,
+                                  batch.query_start_loc, batch.seq_lens, num_decodes,
                                   k_scale=k_scale, v_scale=v_scale,
                                   backend=self.backend("mixed_attention"), prefill_units=batch.prefill_units)
         out = out.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))

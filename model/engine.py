@@ -114,6 +114,11 @@ class LLMEngine:
             when the engine starts, weights already loaded).
         enable_chunked_prefill, long_prefill_token_threshold: scheduler switches.
         calibration_prompts: prompts (text or token ids) for INT8 calibration.
+        speculative_config: None, or ``{"method": "mtp", "num_speculative_tokens": k}`` (vLLM's
+            spelling): the checkpoint's MTP head drafts k tokens a step and one target forward verifies
+            them (``spec_decode.py``). Supported so far: greedy requests (temperature 0) without
+            logprobs, prompts of >= 2 tokens, a KV cache of the model dtype, no prefix caching;
+            the rest is refused with ValueError. Statistics in ``RequestOutput.metrics`` (``spec_*``).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, dtype: str = "float32", kv_cache_dtype: str = "auto",
@@ -122,7 +127,7 @@ class LLMEngine:
                  seed: int = 0, *, max_model_len: int | None = None, device: str | torch.device | None = None,
                  kv_cache_memory_gib: float | None = None, enable_chunked_prefill: bool = True,
                  long_prefill_token_threshold: int = 0,
-                 calibration_prompts: Sequence[str | list[int]] | None = None):
+                 calibration_prompts: Sequence[str | list[int]] | None = None, speculative_config=None):
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ValueError(f"LLM(dtype=...) must be one of {sorted(DTYPES)}, got {dtype!r}")
         if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in ("auto", "int8"):
@@ -169,9 +174,11 @@ class LLMEngine:
                 or not kv_cache_memory_gib > 0:
             raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")
         self.kv_cache_dtype = torch.int8 if kv_cache_dtype == "int8" else self.dtype
+        self.speculative_config = self._speculation(speculative_config, max_num_batched_tokens, backend)
         num_gdn_groups = _num_gdn_groups(self.config, enable_prefix_caching)
-        # "none" mode: one GDN page per group and request, from the same pool as the KV blocks.
-        gdn_pages = num_gdn_groups
+        # "none" mode: one GDN page per group and request (plus one per draft token), from the
+        # same pool as the KV blocks, as vLLM's scheduler counts them.
+        gdn_pages = num_gdn_groups * (1 + self.num_speculative_tokens)
         self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
             max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages)
         self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
@@ -191,14 +198,37 @@ class LLMEngine:
             block_size=block_size, num_blocks=self.plan.num_blocks, max_model_len=self.max_model_len,
             enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
             long_prefill_token_threshold=long_prefill_token_threshold,
-            num_gdn_groups=num_gdn_groups)
+            num_gdn_groups=num_gdn_groups,
+            num_speculative_tokens=self.num_speculative_tokens)
         self.scheduler = Scheduler(self.scheduler_config)
+        self.model_runner.token_at = lambda request_id, position: \
+            self.scheduler.requests[request_id].all_token_ids[position]
         self._tracked: dict[str, _Tracked] = {}
         self.step_stats: list[StepStats] = []
         self.trace = False
         self.model_runner.warm_up()
 
     # ------------------------------------------------------------------ setup
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return self.speculative_config.num_speculative_tokens if self.speculative_config is not None else 0
+
+    def _speculation(self, value, max_num_batched_tokens: int, backend):
+        """Check ``speculative_config`` and, when on, load the MTP drafter into the model runner."""
+        from .mtp import Qwen35MTP, count_mtp_layers
+        from .speculative_config import parse_speculative_config
+
+        if value is None:
+            return None
+        parsed = parse_speculative_config(value, num_mtp_layers=count_mtp_layers(self.model_dir, self.config),
+                                          max_num_batched_tokens=max_num_batched_tokens, model_name=self.model_dir)
+        if self.kv_cache_dtype == torch.int8:
+            raise ValueError("LLM(speculative_config=...) with kv_cache_dtype='int8' is not supported yet "
+                             "(the MTP layer's KV cache has no int8 scales)")
+        self.model_runner.enable_speculation(Qwen35MTP.from_pretrained(self.model_dir, self.model, backend),
+                                             parsed.num_speculative_tokens)
+        return parsed
 
     def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks,
                                gdn_pages) -> tuple[int, str]:
@@ -318,7 +348,21 @@ class LLMEngine:
                              f"to generate (a prompt may have at most {self.max_model_len - 1} tokens)")
         if any(t >= self.config.vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids must be < vocab_size={self.config.vocab_size}")
+        if self.speculative_config is not None:
+            self._check_speculative_request(ids, params)
         return text, ids, params
+
+    @staticmethod
+    def _check_speculative_request(ids: list[int], params: SamplingParams) -> None:
+        """What MTP speculative decoding serves so far (see the class docstring)."""
+        if params.temperature != 0:
+            raise ValueError(f"speculative decoding supports greedy requests only so far (temperature=0), got "
+                             f"temperature={params.temperature}")
+        if params.logprobs is not None:
+            raise ValueError("speculative decoding does not return logprobs yet (SamplingParams.logprobs)")
+        if len(ids) < 2:
+            raise ValueError("speculative decoding needs prompts of at least 2 tokens so far (a 1-token prompt "
+                             "would run with placeholder drafts)")
 
     def add_request(self, prompt: str | list[int], sampling_params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -366,6 +410,8 @@ class LLMEngine:
         if scheduler_output.total_num_scheduled_tokens == 0:
             return []
         results = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
+        if runner_output.draft_token_ids:
+            self.scheduler.update_draft_token_ids(runner_output.draft_token_ids)
         now = time.perf_counter()
         changed = [self._apply(result, runner_output.logprobs, now) for result in results]
         self._record(scheduler_output, runner_output, now - start)
@@ -406,6 +452,11 @@ class LLMEngine:
                                       list(t.logprobs) if t.logprobs is not None else None)
         metrics = {"arrival_time": t.arrival, "first_token_time": t.first_token_time,
                    "finished_time": t.finish_time}
+        spec = self.model_runner.spec
+        if spec is not None:
+            metrics.update(spec.request_stats(request_id).as_metrics())
+            if forget:
+                spec.stats.pop(request_id, None)
         if forget:
             self._tracked.pop(request_id, None)
         return RequestOutput(request_id, t.prompt, t.prompt_token_ids, [completion], t.finish_reason is not None,

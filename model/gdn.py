@@ -47,8 +47,16 @@ class GatedDeltaNet:
                                        backend=self.backend("fused_gdn_gating"))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
+        spec = getattr(batch, "spec_state_indices", None) is not None  # step batches of tests may lack it
         conv_out = []
-        if nd:
+        if nd and spec:
+            # Speculative verify rows (1 + k tokens each): the state after token t goes to the row's column t,
+            # reading starts from column num_accepted_tokens - 1 (no rollback needed, as in vLLM).
+            conv_out.append(ops.causal_conv1d_update(
+                mixed[:ndt], conv_states, self.conv_w, cache_indices=batch.spec_state_indices,
+                query_start_loc=batch.query_start_loc[: nd + 1], num_accepted_tokens=batch.num_accepted_tokens,
+                activation="silu", backend=self.backend("causal_conv1d_update")))
+        elif nd:
             conv_out.append(ops.causal_conv1d_update(
                 mixed[:ndt], conv_states, self.conv_w, cache_indices=batch.state_indices[:nd],
                 activation="silu", backend=self.backend("causal_conv1d_update")))
@@ -64,7 +72,15 @@ class GatedDeltaNet:
         k = mixed[:, self.key_dim: 2 * self.key_dim].reshape(t, self.nk, self.dk)
         v = mixed[:, 2 * self.key_dim:].reshape(t, self.nv, self.dv)
         outs = []
-        if nd:
+        if nd and spec:
+            o, _ = ops.fused_recurrent_gated_delta_rule(
+                q[None, :ndt].contiguous(), k[None, :ndt].contiguous(), v[None, :ndt].contiguous(),
+                g[None, :ndt].contiguous(), beta[None, :ndt].contiguous(), initial_state=ssm_states,
+                cu_seqlens=batch.query_start_loc[: nd + 1], ssm_state_indices=batch.spec_state_indices,
+                num_accepted_tokens=batch.num_accepted_tokens, use_qk_l2norm_in_kernel=True,
+                backend=self.backend("fused_recurrent_gated_delta_rule"))
+            outs.append(o[0])
+        elif nd:
             # Decodes: a batch of nd one-token sequences on the state pool.
             o, _ = ops.fused_recurrent_gated_delta_rule(
                 q[:ndt, None].contiguous(), k[:ndt, None].contiguous(), v[:ndt, None].contiguous(),

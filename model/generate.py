@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-memory-gib", type=float, default=None)
     p.add_argument("--backend", default=None, choices=["torch", "triton", "ascendc"])
     p.add_argument("--device", default=None, help="torch device (default: npu, else cuda, else cpu)")
+    p.add_argument("--speculative-tokens", type=int, default=0,
+                   help="MTP speculative decoding: draft this many tokens a step with the checkpoint's MTP head "
+                        "(0: off; greedy requests only so far)")
     p.add_argument("--trace", action="store_true", help="print one line per scheduler step")
     return p
 
@@ -75,6 +78,9 @@ def _summary(llm, outputs, wall: float) -> list[str]:
                      f"preemptions {sum(s.num_preempted for s in steps)}")
     if decode_ms:
         lines.append(f"decode-only steps: {len(decode_ms)}  median {statistics.median(decode_ms):.1f} ms")
+    spec = llm.model_runner.spec
+    if spec is not None:
+        lines.append(spec.total.summary())
     return lines
 
 
@@ -92,6 +98,7 @@ def _fail(exc: BaseException) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from qwen_ops import LLM, SamplingParams
+    from qwen_ops.model.speculative_config import speculative_config_from_cli
 
     try:
         params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -108,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                   num_blocks=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                   max_num_seqs=args.max_num_seqs, backend=args.backend, seed=args.seed,
                   max_model_len=args.max_model_len, device=args.device,
-                  kv_cache_memory_gib=args.kv_cache_memory_gib)
+                  kv_cache_memory_gib=args.kv_cache_memory_gib,
+                  speculative_config=speculative_config_from_cli(args.speculative_tokens))
         _ = llm.tokenizer  # load (or build once) before timing generation
     except USER_ERRORS as exc:
         return _fail(exc)

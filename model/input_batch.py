@@ -155,6 +155,10 @@ class InputBatch:
         self.row_of[self.req_ids[i]] = i
         self.row_of[self.req_ids[j]] = j
 
+    def roll_back(self, request_id: str, num_tokens: int) -> None:
+        """Move a request's cursor back over ``num_tokens`` rejected draft tokens (as the scheduler does)."""
+        self.num_computed_tokens[self.row_of[request_id]] -= num_tokens
+
     # ------------------------------------------------------------ step
 
     def prepare(self, scheduler_output) -> PreparedStep:
@@ -167,8 +171,6 @@ class InputBatch:
         Call after ``update`` with the same output.
         """
         out = scheduler_output
-        if out.scheduled_spec_decode_tokens:
-            raise NotImplementedError("the engine runs no draft tokens (num_speculative_tokens must be 0)")
         meta = build_step_metadata(out)
         order = meta.req_ids
         for i, request_id in enumerate(order):

@@ -41,6 +41,7 @@ class ModelRunnerOutput:
     logprobs: dict[str, dict[int, float] | None] = field(default_factory=dict)
     num_decodes: int = 0
     num_prefills: int = 0
+    draft_token_ids: dict[str, list[int]] = field(default_factory=dict)  # speculative decoding: next drafts
 
 
 def one_request_output(request_id: str, token_ids: list[int], block_ids: list[int], block_size: int, *,
@@ -71,15 +72,33 @@ class ModelRunner:
         self.input_batch: InputBatch | None = None
         # Sampling settings and generator of each request the engine added, until it finishes.
         self.sampling: dict[str, tuple[SamplingParams, torch.Generator]] = {}
+        # Speculative decoding (``enable_speculation``): the MTP drafter and per-request state; token_at gives
+        # a request's known token at a position (the next prompt token after a prefill chunk, for the MTP).
+        self.spec = None
+        self.token_at = None
+        self._drafting = True
 
     # ------------------------------------------------------------------ setup
 
+    def enable_speculation(self, mtp, num_speculative_tokens: int) -> None:
+        """Draft with ``mtp`` (a ``Qwen35MTP``) and verify k drafts a step; call before ``initialize_caches``."""
+        from .spec_decode import SpeculativeDecoder
+
+        self.spec = SpeculativeDecoder(mtp, num_speculative_tokens)
+
     def initialize_caches(self, plan: MemoryPlan, *, block_size: int, max_model_len: int, kv_dtype: torch.dtype,
                           kv_scales=None) -> None:
-        """Allocate the caches the plan sized and the persistent batch (one row per possible running request)."""
+        """Allocate the caches the plan sized and the persistent batch (one row per possible running request).
+
+        With speculation each state slot has 1 + k GDN state rows, and the MTP layers get their own KV caches."""
+        rows = self.spec.rows_per_request if self.spec is not None else 1
         self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
-                                      num_state_slots=plan.num_state_slots, dtype=self.model.dtype,
+                                      num_state_slots=plan.num_state_slots * rows, dtype=self.model.dtype,
                                       kv_dtype=kv_dtype, device=self.device, kv_scales=kv_scales)
+        if self.spec is not None:
+            from .mtp import add_mtp_kv_caches
+
+            add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device)
         self.input_batch = InputBatch(plan.max_num_seqs, -(-max_model_len // block_size), block_size)
 
     def warm_up(self) -> None:
@@ -95,12 +114,17 @@ class ModelRunner:
             return  # too few blocks to hold even the warm-up request
         generator = torch.Generator(device=self.device).manual_seed(0)
         self.sampling[WARM_UP_ID] = (SamplingParams(max_tokens=2, temperature=1.0, detokenize=False), generator)
+        self._drafting = False  # the warm-up blocks hold no lookahead slots for drafts
         try:
             first = self.execute(one_request_output(WARM_UP_ID, [0, 0], blocks, bs))
             token = first.sampled_token_ids[WARM_UP_ID]
             self.execute(one_request_output(WARM_UP_ID, token, blocks, bs, num_computed_tokens=2, new=False,
                                             new_block_ids=[]))
         finally:
+            self._drafting = True
+            if self.spec is not None:
+                self.spec.forget(WARM_UP_ID)
+                self.spec.stats.pop(WARM_UP_ID, None)
             self.input_batch.remove(WARM_UP_ID)
             self.sampling.pop(WARM_UP_ID, None)
 
@@ -116,17 +140,48 @@ class ModelRunner:
         self.input_batch.update(out, self.sampling.__getitem__)
         for request_id in out.finished_req_ids:
             self.sampling.pop(request_id, None)
+            if self.spec is not None:
+                self.spec.forget(request_id)
         if out.total_num_scheduled_tokens == 0:
             return ModelRunnerOutput()
         prepared = self.input_batch.prepare(out)
+        if self.spec is not None:
+            self.spec.lay_out_state_rows(prepared.batch)
         hidden, inputs = self._forward(prepared.batch, self.caches)
         result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
                                    num_prefills=prepared.num_prefills)
+        if self.spec is not None:
+            return self._verify_and_draft(out, prepared, inputs, hidden, result)
         if prepared.sampling_req_ids:
             logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
             tokens, lps = sample(logits, prepared.params, prepared.generators)
             for request_id, token, lp in zip(prepared.sampling_req_ids, tokens, lps):
                 result.sampled_token_ids[request_id], result.logprobs[request_id] = [token], lp
+        return result
+
+    def _verify_and_draft(self, out, prepared, inputs, hidden, result: ModelRunnerOutput) -> ModelRunnerOutput:
+        """Speculative decoding: rejection-sample the drafts, roll the batch's cursors back over the rejected
+        ones, and draft the next k tokens of every request that sampled (``spec_decode.py``)."""
+        if not prepared.sampling_req_ids:
+            return result
+        logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
+        emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
+                                             prepared.generators)
+        spec = out.scheduled_spec_decode_tokens
+        for request_id, tokens, a in zip(prepared.sampling_req_ids, emitted, accepted):
+            result.sampled_token_ids[request_id], result.logprobs[request_id] = tokens, None
+            rejected = len(spec.get(request_id, ())) - a
+            if rejected:
+                self.input_batch.roll_back(request_id, rejected)
+        if self._drafting:
+            def step_inputs(meta):
+                meta.validate(num_blocks=self.caches.num_blocks, block_size=self.caches.block_size,
+                              num_state_slots=self.caches.num_state_slots)
+                return StepInputs.build(meta, self.device, self._units_builder(self.caches))
+
+            with ops.trusted_metadata():
+                result.draft_token_ids = self.spec.propose(inputs, hidden, out, result.sampled_token_ids,
+                                                           self.token_at, self.caches, step_inputs)
         return result
 
     def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None):

@@ -47,7 +47,7 @@ class StepInputs(StepMetadata):
         fields = {name: getattr(meta, name) for name in StepMetadata.__dataclass_fields__}
         step = cls(**fields, prefill_query_start_loc=prefill_qsl, chunk_indices=chunk_indices,
                    chunk_offsets=chunk_offsets,
-                   prefill_units=units(meta.query_start_loc, meta.num_decodes) if units is not None else None)
+                   prefill_units=units(meta.query_start_loc, meta.num_attention_decodes) if units is not None else None)
         return step.to(device, non_blocking=True)
 
     @property

@@ -52,6 +52,10 @@ class StepMetadata:
     has_initial_state: [N] bool, whether the request's GDN state carries earlier tokens
         (cursor > 0) rather than starting from zeros.
     attn_state: the AttentionState of the step.
+    spec_state_indices: None, or with speculative decoding [num_decodes, 1 + k] int32: the GDN state
+        rows of each decode row; the state after its token t is written to column t.
+    num_accepted_tokens: None, or [num_decodes] int32 in [1, 1 + k]: the decode row starts from its
+        state column num_accepted_tokens - 1 (tokens the last step accepted, the bonus one included).
     """
 
     req_ids: list[str]
@@ -73,6 +77,8 @@ class StepMetadata:
     state_indices: torch.Tensor
     has_initial_state: torch.Tensor
     attn_state: AttentionState
+    spec_state_indices: torch.Tensor | None = None
+    num_accepted_tokens: torch.Tensor | None = None
 
     def validate(self, *, num_blocks: int, block_size: int, num_state_slots: int) -> None:
         """Check, once per step and on these CPU tensors, every metadata value the model's ops would check.
@@ -95,7 +101,9 @@ class StepMetadata:
                 raise ValueError(f"{op}.validate: '{name}' must be on the CPU (validate before moving the step)")
         check.cumulative(op, "query_start_loc", self.query_start_loc, self.num_actual_tokens)
         query_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        if bool((query_lens[: self.num_decodes] != 1).any()):
+        if self.spec_state_indices is not None:
+            self._validate_spec(query_lens, num_state_slots)
+        elif bool((query_lens[: self.num_decodes] != 1).any()):
             raise ValueError(f"{op}: the first num_decodes = {self.num_decodes} requests are decodes and must "
                              "have one token each (the model runs no draft tokens)")
         check.lengths(op, "context_lens", self.context_lens)
@@ -104,6 +112,32 @@ class StepMetadata:
         check.block_table(op, self.block_tables, self.seq_lens, num_blocks, block_size)
         check.indices(op, "slot_mapping", self.slot_mapping, num_blocks * block_size, allow_padding=True)
         check.indices(op, "state_indices", self.state_indices, num_state_slots, allow_padding=True)
+
+    @property
+    def num_attention_decodes(self) -> int:
+        """Rows the attention ops run as one-token decodes: ``num_decodes``, or 0 with speculative decoding,
+        whose verify rows (1 + k tokens) run as short chunks over their context, causal among themselves."""
+        return self.num_decodes if self.spec_state_indices is None else 0
+
+    def _validate_spec(self, query_lens: torch.Tensor, num_state_slots: int) -> None:
+        """Speculative decoding: decode rows of 1..1+k tokens, their state rows and accepted counts."""
+        from ..ops import _validate as check
+
+        op, nd = "StepMetadata", self.num_decodes
+        rows, accepted = self.spec_state_indices, self.num_accepted_tokens
+        if rows.dim() != 2 or rows.shape[0] != nd or rows.dtype != torch.int32 or rows.device.type != "cpu":
+            raise ValueError(f"{op}: 'spec_state_indices' must be int32 [num_decodes={nd}, 1 + k] on the CPU, "
+                             f"got {rows.dtype} {tuple(rows.shape)}")
+        width = rows.shape[1]
+        if accepted is None or accepted.shape != (nd,) or accepted.dtype != torch.int32 \
+                or accepted.device.type != "cpu":
+            raise ValueError(f"{op}: 'num_accepted_tokens' must be int32 [num_decodes={nd}] on the CPU")
+        if nd and bool(((accepted < 1) | (accepted > width)).any()):
+            raise ValueError(f"{op}: 'num_accepted_tokens' must be in [1, {width}], got {accepted.tolist()}")
+        decode_lens = query_lens[:nd]
+        if nd and bool(((decode_lens < 1) | (decode_lens > width)).any()):
+            raise ValueError(f"{op}: decode rows must have 1 to 1 + k = {width} tokens, got {decode_lens.tolist()}")
+        check.indices(op, "spec_state_indices", rows.reshape(-1), num_state_slots, allow_padding=False)
 
     def to(self, device: torch.device, **kwargs) -> "StepMetadata":
         """The same step with every tensor on ``device`` (``kwargs`` go to ``Tensor.to``, e.g. non_blocking)."""

@@ -1,0 +1,129 @@
+"""The model runner's side of MTP speculative decoding: state rows, verification and drafting for a mixed batch.
+
+With k = ``num_speculative_tokens``, a request whose scheduler state slot is s
+owns GDN state rows s * (1 + k) .. s * (1 + k) + k of the pools (the caches
+hold (1 + k) times the scheduler's slots). Prefill chunks read and write row
+s * (1 + k) (column 0); a decode row verifies [last token, d_1..d_k] in one
+target forward, writing the state after its token t to column t and starting
+from column ``num_accepted - 1`` of the previous step (vLLM's rule: no
+rollback). Greedy rejection sampling (``rejection_sample``) keeps the accepted
+prefix plus one target token; then the MTP head drafts the next k tokens: its
+first pass over every row of the step (inputs shifted by one, the target's
+hidden states), sampled at each sampling request's last accepted row, then one
+decode step per further draft on its own hidden state (layer ``step %
+num_layers``). The attention KV of rejected positions is overwritten later.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+from ..scheduling import SchedulerOutput, build_step_metadata
+from .mtp import Qwen35MTP
+from .rejection_sampler import rejection_sample
+from .spec_decode_stats import SpecDecodingStats
+
+# (request_id, position) -> the request's known token at that position (prompt or output).
+TokenSource = Callable[[str, int], int]
+
+
+class SpeculativeDecoder:
+    """Per-request speculative state of the model runner (accepted counts, statistics) and the MTP drafter."""
+
+    def __init__(self, mtp: Qwen35MTP, num_speculative_tokens: int):
+        self.mtp = mtp
+        self.k = num_speculative_tokens
+        self.num_accepted: dict[str, int] = {}  # tokens the last verify step accepted, the target's one included
+        self.stats: dict[str, SpecDecodingStats] = {}  # per request, until its output is taken
+        self.total = SpecDecodingStats(num_speculative_tokens)  # every draft verified since the engine started
+
+    @property
+    def rows_per_request(self) -> int:
+        return 1 + self.k
+
+    def forget(self, request_id: str) -> None:
+        self.num_accepted.pop(request_id, None)
+
+    def request_stats(self, request_id: str) -> SpecDecodingStats:
+        return self.stats.setdefault(request_id, SpecDecodingStats(self.k))
+
+    def lay_out_state_rows(self, meta) -> None:
+        """Map the scheduler's state slots to the pools' rows in ``meta`` (in place, on the CPU)."""
+        if meta.state_indices.numel() == 0:
+            return
+        base = torch.where(meta.state_indices >= 0, meta.state_indices * self.rows_per_request, meta.state_indices)
+        meta.state_indices = base.to(torch.int32)
+        nd = meta.num_decodes
+        meta.spec_state_indices = (base[:nd, None] + torch.arange(self.rows_per_request)[None]).to(torch.int32)
+        meta.num_accepted_tokens = torch.tensor([self.num_accepted.get(r, 1) for r in meta.req_ids[:nd]],
+                                                dtype=torch.int32)
+        for request_id in meta.req_ids[nd:]:
+            self.num_accepted[request_id] = 1  # a prefill chunk leaves its state in column 0
+
+    def verify(self, logits: torch.Tensor, out: SchedulerOutput, sampling_req_ids: list[str], params,
+               generators) -> tuple[list[list[int]], list[int]]:
+        """Rejection-sample every sampling request (rows: its drafts' rows, then its last row, in order);
+        returns (emitted tokens, accepted drafts) per request and updates the accepted counts and statistics."""
+        spec = out.scheduled_spec_decode_tokens
+        drafts = [[t for t in spec.get(r, ()) if t >= 0] for r in sampling_req_ids]
+        result = rejection_sample(logits, drafts, params, generators)
+        for request_id, d, a in zip(sampling_req_ids, drafts, result.num_accepted):
+            self.num_accepted[request_id] = a + 1
+            if d:
+                self.request_stats(request_id).observe(len(d), a)
+                self.total.observe(len(d), a)
+        return result.token_ids, result.num_accepted
+
+    @torch.inference_mode()
+    def propose(self, inputs, hidden: torch.Tensor, out: SchedulerOutput, emitted: dict[str, list[int]],
+                token_at: TokenSource, caches, step_inputs: Callable) -> dict[str, list[int]]:
+        """k greedy drafts for each request in ``emitted`` (those that sampled), from the MTP head.
+
+        inputs: the step's StepInputs (on the device), hidden: the target's final hidden states [T, H];
+        step_inputs(meta) -> a validated StepInputs on the device for the further draft steps.
+        """
+        shifted, sample_rows, positions = [], [], []
+        for row, request_id in enumerate(inputs.req_ids):
+            tokens = out.token_ids[request_id]
+            context = out.num_computed_tokens[request_id]
+            start = len(shifted)
+            following = list(tokens[1:])
+            if request_id in emitted:
+                # Row b + a (b: the last known token's row, a: accepted drafts) gets the step's new token.
+                b = len(tokens) - 1 - len(out.scheduled_spec_decode_tokens.get(request_id, ()))
+                at = b + len(emitted[request_id]) - 1
+                following = (following[:at] + [emitted[request_id][-1]] + following[at:])[: len(tokens)]
+                sample_rows.append(start + at)
+                positions.append(context + at)
+            else:  # a prefill chunk that does not sample yet: its next token is the next prompt token
+                following.append(token_at(request_id, context + len(tokens)))
+            shifted += [t if t >= 0 else 0 for t in following]
+        batch = dataclasses.replace(inputs, input_ids=torch.tensor(shifted, device=hidden.device))
+        batch.logits_indices = torch.tensor(sample_rows, device=hidden.device)
+        token, h = self.mtp.greedy_draft(batch, hidden[: len(shifted)], caches, step=0)
+        sampled = [r for r in inputs.req_ids if r in emitted]
+        drafts = {r: [int(t)] for r, t in zip(sampled, token.tolist())}
+        h = h[batch.logits_indices]
+        for step in range(1, self.k):
+            draft_out = _decode_output(sampled, [p + step for p in positions], [drafts[r][-1] for r in sampled],
+                                       out)
+            token, h = self.mtp.greedy_draft(step_inputs(build_step_metadata(draft_out)), h, caches, step=step)
+            for r, t in zip(sampled, token.tolist()):
+                drafts[r].append(int(t))
+        return drafts
+
+
+def _decode_output(req_ids: list[str], positions: list[int], tokens: list[int],
+                   out: SchedulerOutput) -> SchedulerOutput:
+    """A decode-only SchedulerOutput (one token per request at ``positions``) for one further draft step, on the
+    requests' block tables (the scheduler reserved k lookahead slots past the scheduled tokens for it)."""
+    return SchedulerOutput(
+        num_scheduled_tokens={r: 1 for r in req_ids}, total_num_scheduled_tokens=len(req_ids),
+        num_computed_tokens=dict(zip(req_ids, positions)), token_ids={r: [t] for r, t in zip(req_ids, tokens)},
+        block_ids={r: out.block_ids[r] for r in req_ids}, new_block_ids={}, group_block_ids={}, num_cached_tokens={},
+        scheduled_spec_decode_tokens={},
+        state_slots={}, sampling_req_ids=list(req_ids), new_req_ids=[], resumed_req_ids=[],
+        preempted_req_ids=set(), finished_req_ids=set(), num_free_blocks=0,
+        block_size=out.block_size)
