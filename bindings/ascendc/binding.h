@@ -158,6 +158,7 @@ void RegisterCausalConv1dUpdate(py::module_& m);
 void RegisterCausalConv1dFn(py::module_& m);
 void RegisterFusedGdnGating(py::module_& m);
 void RegisterPrefillAttention(py::module_& m);
+void RegisterMixedAttention(py::module_& m);
 
 }  // namespace qwen_bind
 
