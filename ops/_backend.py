@@ -47,6 +47,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "mixed_attention": {
         "torch": "attention.reference:mixed_attention",
         "triton": "attention.triton_mixed:mixed_attention",
+        "ascendc": "ascendc_backend:mixed_attention",
     },
     "chunk_gated_delta_rule": {
         "torch": "gdn.reference_chunk:chunk_gated_delta_rule",

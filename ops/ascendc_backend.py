@@ -24,7 +24,7 @@ from ._backend import BackendError
 
 KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
            "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating", "prefill_attention",
-           "chunk_gated_delta_rule")
+           "chunk_gated_delta_rule", "mixed_attention")
 
 _local = threading.local()
 
@@ -165,3 +165,16 @@ def prefill_attention(*, query, key, value, cu_seqlens_q, key_cache=None, value_
     return _ext().ascendc_prefill_attention(
         _c(query), _c(key), _c(value), _c(cu_seqlens_q), float(scale), _c(key_cache), _c(value_cache),
         _c(block_tables), _c(context_lens), _c(k_scale), _c(v_scale), bool(causal), **_config())
+
+
+def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
+                    num_decodes, scale, k_scale=None, v_scale=None) -> torch.Tensor:
+    # No prefill_units parameter, so dispatch() does not pass the engine's work
+    # list: the kernel walks its prefill units on the device from the cu_seqlens.
+    d = query.shape[-1]
+    if d % 16 != 0 or d > 256:
+        raise BackendError(f"mixed_attention: backend 'ascendc' needs a head dim that is a multiple of 16 and at "
+                           f"most 256, got {d}")
+    return _ext().ascendc_mixed_attention(
+        _c(query), _c(key), _c(value), _c(key_cache), _c(value_cache), _c(block_tables), _c(query_start_loc),
+        _c(seq_lens), int(num_decodes), float(scale), _c(k_scale), _c(v_scale), **_config())

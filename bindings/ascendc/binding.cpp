@@ -128,7 +128,8 @@ void qwen_register_ascendc(pybind11::module_& m) {
   m.attr("ascendc_kernels") = py::make_tuple("reshape_and_cache", "paged_decode_attention",
                                              "fused_recurrent_gated_delta_rule", "causal_conv1d_update",
                                              "causal_conv1d_fn", "fused_gdn_gating",
-                                             "prefill_attention", "chunk_gated_delta_rule");
+                                             "prefill_attention", "chunk_gated_delta_rule",
+                                             "mixed_attention");
   qwen_bind::RegisterReshapeAndCache(m);
   qwen_bind::RegisterPagedDecodeAttention(m);
   qwen_bind::RegisterFusedRecurrentGatedDeltaRule(m);
@@ -137,6 +138,7 @@ void qwen_register_ascendc(pybind11::module_& m) {
   qwen_bind::RegisterFusedGdnGating(m);
   qwen_bind::RegisterPrefillAttention(m);
   qwen_bind::RegisterChunkGatedDeltaRule(m);
+  qwen_bind::RegisterMixedAttention(m);
   m.def("ascendc_last_launch", &qwen_bind::LastLaunch,
         "Tiling and unified-buffer high-water mark of the last Ascend C launch (stand-in: measured).");
 }

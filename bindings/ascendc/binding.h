@@ -181,6 +181,7 @@ void RegisterCausalConv1dFn(py::module_& m);
 void RegisterFusedGdnGating(py::module_& m);
 void RegisterPrefillAttention(py::module_& m);
 void RegisterChunkGatedDeltaRule(py::module_& m);
+void RegisterMixedAttention(py::module_& m);
 
 }  // namespace qwen_bind
 

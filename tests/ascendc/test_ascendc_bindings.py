@@ -242,6 +242,52 @@ CASES += [
      r"needs a head dim D that is a multiple of 16 and at most 256, got 512"),
 ]
 
+# mixed_attention (one launch: decode rows on the AIVs, prefill chunks on cube + vector): two decodes, one
+# prefill chunk of 3 tokens over 4 cached ones, float16 cache.
+def mixed_attention():
+    return dict(query=_rand(5, 4, 32, dtype=F16), key=_rand(5, 2, 32, dtype=F16), value=_rand(5, 2, 32, dtype=F16),
+                key_cache=_rand(3, 2, 16, 32, dtype=F16), value_cache=_rand(3, 2, 16, 32, dtype=F16),
+                block_tables=torch.tensor([[0, 2], [1, 0], [2, 0]], dtype=torch.int32),
+                query_start_loc=torch.tensor([0, 1, 2, 5], dtype=torch.int32),
+                seq_lens=torch.tensor([20, 3, 7], dtype=torch.int32), num_decodes=2, scale=0.2)
+
+
+VALID["mixed_attention"] = mixed_attention
+
+
+def test_mixed_attention_valid_call_runs():
+    """The positive control (registered after test_valid_call_runs was parametrized)."""
+    call = mixed_attention()
+    out = _C.ascendc_mixed_attention(**call)
+    assert out.shape == call["query"].shape and bool(torch.isfinite(out).all())
+
+
+CASES += [
+    ("mixed_attention", "non-contiguous query", strided("query"), r"'query' must be contiguous"),
+    ("mixed_attention", "non-contiguous value_cache", strided("value_cache"), r"'value_cache' must be contiguous"),
+    ("mixed_attention", "value float32", put("value", lambda t: t.float()),
+     r"'key' and 'value' must have the query's dtype"),
+    ("mixed_attention", "cache float32", many(put("key_cache", lambda t: t.float()),
+                                              put("value_cache", lambda t: t.float())),
+     r"a float cache must have query's dtype"),
+    ("mixed_attention", "query_start_loc int64", put("query_start_loc", lambda t: t.long()),
+     r"'query_start_loc' must be \[N\+1\] int32"),
+    ("mixed_attention", "seq_lens int64", put("seq_lens", lambda t: t.long()),
+     r"'block_tables' and 'seq_lens' must be int32"),
+    ("mixed_attention", "key one token short", put("key", lambda t: t[:-1].contiguous()),
+     r"'key' must have shape \[5, 2, 32\]"),
+    ("mixed_attention", "block_tables one row short", put("block_tables", lambda t: t[:2]),
+     r"'block_tables' must have N = 3 rows"),
+    ("mixed_attention", "num_decodes past N", put("num_decodes", lambda t: 4), r"'num_decodes' must be in \[0, N = 3\]"),
+    ("mixed_attention", "int8 cache without scales", many(put("key_cache", lambda t: t.to(torch.int8)),
+                                                          put("value_cache", lambda t: t.to(torch.int8))),
+     r"k_scale/v_scale are required for int8 caches"),
+    ("mixed_attention", "head dim 40", wider_head(40, "query", "key", "value", "key_cache", "value_cache"),
+     r"mixed_attention: the Ascend C kernel needs a head dim D that is a multiple of 16 and at most 256, got 40"),
+    ("mixed_attention", "head dim 512", wider_head(512, "query", "key", "value", "key_cache", "value_cache"),
+     r"mixed_attention: the Ascend C kernel needs a head dim D that is a multiple of 16 and at most 256, got 512"),
+]
+
 @pytest.mark.parametrize("name,what,mutate,match", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_binding_rejects_bad_input_and_writes_nothing(name, what, mutate, match):
     call = VALID[name]()

@@ -24,6 +24,8 @@ COMMON = ROOT / "ops_ascendc" / "common"
 # Each op's folder: op_kernel/ (device code) and op_host/ (its tiling struct and planner).
 KERNEL_SOURCES = sorted((ROOT / "ops_ascendc").glob("*/op_kernel/*.cpp"))
 TILING_HEADERS = sorted((ROOT / "ops_ascendc").glob("*/op_host/*_tiling.h"))
+# Kernel classes shared between ops (paged_decode_attention's and prefill_attention's, used by mixed_attention).
+KERNEL_CLASS_HEADERS = sorted((ROOT / "ops_ascendc").glob("*/op_kernel/*_kernel.h"))
 HERE = pathlib.Path(__file__).resolve().parent / "standin"
 
 DEVICE_FLAGS = ["-std=c++17", "-O1", "-nostdinc", "-nostdinc++", "-fno-exceptions", "-fno-rtti",
@@ -283,12 +285,14 @@ def test_kernel_objects_use_no_runtime_support(build):
 
 KERNEL_HEADERS_ALLOWED = {"kernel_operator.h", "kernel_operator_cube.h", "kernel_operator_mix.h", "kernel_common.h",
                           "kernel_conv.h", "tiling_common.h", "sim_types.h"}
-# ...and the op's own tiling struct, "../op_host/<op>_tiling.h" from its kernel, "<op>_tiling.h" beside it.
-OWN_TILING = re.compile(r"(\.\./op_host/)?\w+_tiling\.h")
+# ...and the op's own tiling struct, "../op_host/<op>_tiling.h" from its kernel, "<op>_tiling.h" beside it;
+# its kernel class "<op>_kernel.h"; or another op's tiling or kernel class, "../../<op>/op_host|op_kernel/...".
+OWN_TILING = re.compile(r"((\.\./)?\.\./(\w+/)?op_(host|kernel)/)?\w+_(tiling|kernel)\.h")
 
 
 def _device_sources():
-    files = KERNEL_SOURCES + sorted(COMMON.glob("kernel_*.h")) + [COMMON / "tiling_common.h"] + TILING_HEADERS
+    files = KERNEL_SOURCES + KERNEL_CLASS_HEADERS + sorted(COMMON.glob("kernel_*.h")) + [COMMON / "tiling_common.h"]
+    files += TILING_HEADERS
     files += [SIM / "kernel_operator.h", SIM / "kernel_operator_cube.h", SIM / "kernel_operator_mix.h", SIM / "sim_types.h"]
     return files
 
