@@ -189,7 +189,8 @@ CUBE_CHECKS = {
                              "launched as KERNEL_TYPE_AIC_ONLY"],
     "flag_in_vector_kernel": ["AscendC::CrossCoreSetFlag:", "KERNEL_TYPE_MIX_AIC_1_2", "KERNEL_TYPE_AIV_ONLY"],
     "flag_pipe_s": ["AIC block 0 of 1", "AscendC::CrossCoreSetFlag:", "pipe PIPE_S"],
-    "flag_id_range": ["AIV block 0 of 2", "AscendC::CrossCoreWaitFlag:", "flag id 16 outside 0..15"],
+    # Both AIVs wait on the bad id; whichever thread gets there first is the one reported.
+    "flag_id_range": ["AIV block ", " of 2", "AscendC::CrossCoreWaitFlag:", "flag id 16 outside 0..15"],
     "flag_mode": ["AscendC::CrossCoreSetFlag:", "mode 0 is not modelled"],
     "flag_saturation": ["AscendC::CrossCoreSetFlag:", "flag 4 towards AIV block 0", "saturates at 15"],
     "deadlock": ["AscendC::CrossCoreWaitFlag:", "waits on flag 3", "deadlock", "AIC block 0: finished"],
