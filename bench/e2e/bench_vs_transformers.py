@@ -266,6 +266,7 @@ def main(argv=None) -> int:
     p.add_argument("--workloads", default="abc", help="any of a, b, c")
     p.add_argument("--batch-sizes", default=None, help="sweep batch sizes, comma separated (default 1,4,16,64,256)")
     p.add_argument("--num-requests", type=int, default=None, help="override workload a's request count")
+    p.add_argument("--new-tokens", type=int, default=None, help="override the new tokens of workloads b and c")
     p.add_argument("--plot", default="bench/e2e/throughput_vs_batch.png")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for both engines")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds (CI); exits 1 if tokens differ")
@@ -282,6 +283,8 @@ def main(argv=None) -> int:
     a, b, c = (SMOKE["a"], SMOKE["b"], SMOKE["c"]) if args.smoke else (dict(WORKLOAD_A), WORKLOAD_B, dict(SWEEP))
     if args.num_requests:
         a["num_requests"] = args.num_requests
+    if args.new_tokens:
+        b, c = {**b, "new_tokens": args.new_tokens}, {**c, "new_tokens": args.new_tokens}
     if args.batch_sizes:
         c["batch_sizes"] = tuple(int(x) for x in args.batch_sizes.split(","))
     model_dir = args.model or default_model_dir()
