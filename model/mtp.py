@@ -28,6 +28,11 @@ layouts differ only in where the shared embedding lives (``model.`` or
 ``model.language_model.``), which ``weights.load_weights`` already resolves.
 The number of layers is the config's ``mtp_num_hidden_layers`` (under
 ``text_config`` for the multimodal layout), else counted from the names.
+
+On a MoE checkpoint (``qwen3_5_moe*``) each MTP layer's MLP is the MoE block
+of the target's layers (``mlp.gate``, ``mlp.experts.*``, ``mlp.shared_expert.*``,
+``mlp.shared_expert_gate``; run by ``moe.SparseMoeBlock``), its experts either
+fused or per expert, as ``weights.load_weights`` accepts them.
 """
 from __future__ import annotations
 
@@ -40,7 +45,9 @@ import torch.nn.functional as F
 from .attention import FullAttention
 from .config import Qwen35Config
 from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
-from .weights import WeightsError, _open, checkpoint_files, expected_shapes
+from .moe import SparseMoeBlock
+from .weights import (WeightsError, _check_expert_pieces, _open, _per_expert_target, checkpoint_files,
+                      expected_shapes)
 
 PREFIX = "mtp."
 _LAYER_NAME = re.compile(r"^mtp\.layers\.(\d+)\.")
@@ -66,7 +73,9 @@ def mtp_expected_shapes(config: Qwen35Config, num_layers: int) -> dict[str, tupl
     """Every MTP tensor by its checkpoint name (``mtp.*``), with its shape.
 
     Each ``mtp.layers.{i}`` has exactly the tensors of one of the target's
-    full-attention layers (their shapes come from ``weights.expected_shapes``).
+    full-attention layers (their shapes come from ``weights.expected_shapes``):
+    on a MoE config its MLP is the MoE block, experts in the fused layout here
+    (``load_mtp_weights`` also accepts the per-expert one).
     """
     h = config.hidden_size
     shapes = {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
@@ -120,28 +129,41 @@ def load_mtp_weights(model_dir: str | os.PathLike, config: Qwen35Config, dtype: 
             f"it needs the tensors {example[:4]} and mtp.layers.{{i}}.* (config 'mtp_num_hidden_layers' "
             f"= {configured_num_layers(config)}, {len(files)} mtp.* tensor(s) found). Checkpoints re-saved by "
             "transformers drop mtp.*; use the original checkpoint, or run without speculative decoding")
-    missing = sorted(set(shapes) - set(files))
+    # Per-expert MoE tensors (mtp.layers.{i}.mlp.experts.{e}.*) are gathered into the fused ones.
+    pieces: dict[str, set[tuple[int, int]]] = {}
+    targets = {}
+    for name in files:
+        target = _per_expert_target(config, name[len(PREFIX):], num_layers)
+        if target is not None:
+            targets[name] = (PREFIX + target[0],) + target[1:]
+            pieces.setdefault(targets[name][0], set()).add((target[1], target[2].start))
+    fused = _check_expert_pieces(model_dir, config, pieces, set(files))
+    missing = sorted(set(shapes) - set(files) - set(fused))
     if missing:
         raise MTPWeightsError(f"checkpoint in {model_dir!r} is missing {len(missing)} MTP tensor(s) for "
                               f"{num_layers} MTP layer(s), e.g. {missing[:5]}")
-    unexpected = sorted(set(files) - set(shapes))
+    unexpected = sorted(set(files) - set(shapes) - set(targets))
     if unexpected:
         raise MTPWeightsError(f"checkpoint in {model_dir!r} has {len(unexpected)} unexpected MTP tensor(s) for "
                               f"{num_layers} MTP layer(s), e.g. {unexpected[:5]}")
     by_file: dict[str, list[str]] = {}
     for name, path in files.items():
         by_file.setdefault(path, []).append(name)
-    weights = {}
+    weights = {name: torch.empty(shapes[name], dtype=dtype, device=device) for name in fused}
     for path, names in by_file.items():
         with _open(path) as f:
             for name in names:
                 t = f.get_tensor(name)
-                if tuple(t.shape) != shapes[name]:
+                fused_name, expert, rows, shape = targets.get(name, (name, None, None, shapes.get(name)))
+                if tuple(t.shape) != shape:
                     raise MTPWeightsError(f"tensor {name!r} in {path!r} has shape {tuple(t.shape)}, expected "
-                                          f"{shapes[name]} for this config")
+                                          f"{shape} for this config")
                 if not t.is_floating_point():
                     raise MTPWeightsError(f"tensor {name!r} in {path!r} has dtype {t.dtype}, expected a float")
-                weights[name] = t.to(device=device, dtype=dtype)
+                if expert is None:
+                    weights[name] = t.to(device=device, dtype=dtype)
+                else:
+                    weights[fused_name][expert, rows] = t.to(device=device, dtype=dtype)
     return weights
 
 
@@ -167,12 +189,17 @@ class Qwen35MTP:
             # FullAttention reads "layers.{id}.self_attn.*": present the MTP layer under its KV layer id.
             src, dst = f"mtp.layers.{i}.", f"layers.{layer_id}."
             renamed = {dst + name[len(src):]: t for name, t in weights.items() if name.startswith(src)}
+            if config.is_moe:  # the MTP layer's MLP is a MoE block, as every target layer's
+                mlp = SparseMoeBlock(config, layer_id, renamed, backend).forward
+            else:
+                dense = (renamed[dst + "mlp.gate_proj.weight"], renamed[dst + "mlp.up_proj.weight"],
+                         renamed[dst + "mlp.down_proj.weight"])
+                mlp = lambda x, dense=dense: swiglu_mlp(x, *dense)  # noqa: E731
             self.layers.append((
                 FullAttention(config, layer_id, renamed, backend),
                 renamed[dst + "input_layernorm.weight"],
                 renamed[dst + "post_attention_layernorm.weight"],
-                (renamed[dst + "mlp.gate_proj.weight"], renamed[dst + "mlp.up_proj.weight"],
-                 renamed[dst + "mlp.down_proj.weight"]),
+                mlp,
             ))
 
     @classmethod
@@ -209,7 +236,7 @@ class Qwen35MTP:
         attention, in_norm, post_norm, mlp = self.layers[step % self.num_layers]
         cos, sin = rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)
         x = x + attention.forward(rms_norm_zero_centred(x, in_norm, eps), cos, sin, batch, caches)
-        x = x + swiglu_mlp(rms_norm_zero_centred(x, post_norm, eps), *mlp)
+        x = x + mlp(rms_norm_zero_centred(x, post_norm, eps))
         return rms_norm_zero_centred(x, self.norm, eps)
 
     @torch.inference_mode()

@@ -110,13 +110,19 @@ def moe_shapes(config: Qwen35Config, layer: int) -> dict[str, tuple[int, ...]]:
     }
 
 
-def _per_expert_target(config: Qwen35Config, name: str):
-    """Where a per-expert tensor goes in the fused layout: (fused name, expert, rows slice, shape), or None."""
+def _per_expert_target(config: Qwen35Config, name: str, num_layers: int | None = None):
+    """Where a per-expert tensor goes in the fused layout: (fused name, expert, rows slice, shape), or None.
+
+    ``num_layers``: how many ``layers.{i}`` there are (default the target's
+    ``num_hidden_layers``; the MTP loader passes its own layer count).
+    """
     match = PER_EXPERT_PATTERN.match(name)
     if match is None or not config.is_moe:
         return None
     layer, expert, proj = int(match.group(1)), int(match.group(2)), match.group(3)
-    if layer >= config.num_hidden_layers or expert >= config.num_experts:
+    if num_layers is None:
+        num_layers = config.num_hidden_layers
+    if layer >= num_layers or expert >= config.num_experts:
         return None  # reported as unexpected
     h, i = config.hidden_size, config.moe_intermediate_size
     m = f"layers.{layer}.mlp.experts."

@@ -175,16 +175,18 @@ def record_hf_routing(model) -> dict[int, list[torch.Tensor]]:
 
 # ----------------------------------------------------------------------------- MTP (mtp.*)
 
-def _mtp_tensors(text_config, num_mtp_layers: int, seed: int) -> dict[str, torch.Tensor]:
+def _mtp_tensors(text_config, num_mtp_layers: int, seed: int, layer_cls=None) -> dict[str, torch.Tensor]:
     """Random ``mtp.*`` tensors as published Qwen3.5 checkpoints name them (top level in both layouts):
     ``mtp.fc`` [H, 2H], the three zero-centred norms, and ``mtp.layers.{i}.*``, each a full-attention
-    decoder layer of transformers' own kind (so its names and shapes come from transformers, not from us)."""
+    decoder layer of transformers' own kind (so its names and shapes come from transformers, not from us):
+    ``layer_cls``, by default the dense ``Qwen3_5DecoderLayer``."""
     from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer
 
+    layer_cls = layer_cls or Qwen3_5DecoderLayer
     full = text_config.layer_types.index("full_attention")
     tensors = {}
     for i in range(num_mtp_layers):
-        layer = Qwen3_5DecoderLayer(text_config, full)
+        layer = layer_cls(text_config, full)
         randomise(layer, seed + 10 + i)
         tensors.update({f"mtp.layers.{i}.{name}": t.detach().clone() for name, t in layer.state_dict().items()})
     gen = torch.Generator().manual_seed(seed + 5)
@@ -195,13 +197,17 @@ def _mtp_tensors(text_config, num_mtp_layers: int, seed: int) -> dict[str, torch
     return tensors
 
 
-def _add_mtp(path, text_config, num_mtp_layers: int, seed: int, multimodal: bool) -> None:
-    """Append MTP tensors to a saved checkpoint and record ``mtp_num_hidden_layers`` in its config."""
+def _add_mtp(path, text_config, num_mtp_layers: int, seed: int, multimodal: bool, layer_cls=None,
+             per_expert: bool = False) -> None:
+    """Append MTP tensors to a saved checkpoint and record ``mtp_num_hidden_layers`` in its config.
+
+    ``layer_cls``: see ``_mtp_tensors``; ``per_expert``: write a MoE layer's fused experts per expert."""
     from safetensors.torch import load_file, save_file
 
     file = os.path.join(path, "model.safetensors")
     tensors = {k: v for k, v in load_file(file).items() if not k.startswith("mtp.")}
-    tensors.update(_mtp_tensors(text_config, num_mtp_layers, seed))
+    mtp = _mtp_tensors(text_config, num_mtp_layers, seed, layer_cls)
+    tensors.update(split_experts(mtp) if per_expert else mtp)
     save_file(tensors, file, metadata={"format": "pt"})
     config_file = os.path.join(path, "config.json")
     with open(config_file) as f:
@@ -226,4 +232,37 @@ def save_multimodal_checkpoint_with_mtp(path, seed: int = 0, num_mtp_layers: int
 
     save_multimodal_checkpoint(path, seed)
     _add_mtp(path, Qwen3_5TextConfig(**TINY_TEXT), num_mtp_layers, seed, multimodal=True)
+    return os.fspath(path)
+
+
+def split_experts(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inverse of ``fuse_experts_file`` on a dict: each fused ``...mlp.experts.gate_up_proj`` [E, 2I, H]
+    and ``down_proj`` [E, H, I] becomes ``...mlp.experts.{e}.{gate,up,down}_proj.weight``."""
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            prefix, i = name[:-len("gate_up_proj")], t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.gate_proj.weight"] = t[e, :i].contiguous()
+                out[f"{prefix}{e}.up_proj.weight"] = t[e, i:].contiguous()
+        elif name.endswith("mlp.experts.down_proj"):
+            prefix = name[:-len("down_proj")]
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.down_proj.weight"] = t[e].contiguous()
+        else:
+            out[name] = t
+    return out
+
+
+def save_moe_checkpoint_with_mtp(path, seed: int = 0, num_mtp_layers: int = 1, *, layout: str = "per_expert",
+                                 **overrides) -> str:
+    """A text-only ``save_moe_checkpoint`` plus random MTP weights whose layers are transformers'
+    ``Qwen3_5MoeDecoderLayer`` (router, experts, gated shared expert), experts in ``layout`` as the
+    target's, and ``mtp_num_hidden_layers``."""
+    from transformers import Qwen3_5MoeTextConfig
+    from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeDecoderLayer
+
+    save_moe_checkpoint(path, seed, layout=layout, **overrides)
+    _add_mtp(path, Qwen3_5MoeTextConfig(**{**TINY_MOE_TEXT, **overrides}), num_mtp_layers, seed,
+             multimodal=False, layer_cls=Qwen3_5MoeDecoderLayer, per_expert=layout == "per_expert")
     return os.fspath(path)
