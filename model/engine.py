@@ -179,11 +179,14 @@ class LLMEngine:
         # "none" mode: one GDN page per group and request (plus one per draft token), from the
         # same pool as the KV blocks, as vLLM's scheduler counts them.
         gdn_pages = num_gdn_groups * (1 + self.num_speculative_tokens)
+        # The model runner keeps 1 + k GDN state rows per request when speculating.
+        state_rows = 1 + self.num_speculative_tokens
         self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
-            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages)
+            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows)
         self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype,
-                                kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks, gdn_pages_per_request=gdn_pages)
+                                kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
+                                state_rows_per_request=state_rows)
         self.kv_cache_memory_gib = kv_cache_memory_gib
 
         kv_scales = None
@@ -231,7 +234,7 @@ class LLMEngine:
         return parsed
 
     def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks,
-                               gdn_pages) -> tuple[int, str]:
+                               gdn_pages, state_rows) -> tuple[int, str]:
         """(max_model_len, why): the given one; else the config's, or the longest the budget holds if shorter."""
         if given is not None:
             return given, "given"
@@ -240,7 +243,8 @@ class LLMEngine:
         configured = self.config.max_position_embeddings
         fits = fit_max_model_len(self.config, budget_bytes=int(budget_gib * 2**30), block_size=block_size,
                                  max_num_seqs=max_num_seqs, dtype=self.dtype, kv_dtype=self.kv_cache_dtype,
-                                 num_blocks=num_blocks, gdn_pages_per_request=gdn_pages)
+                                 num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
+                                 state_rows_per_request=state_rows)
         if fits >= configured:
             return configured, "the config's max_position_embeddings"
         if fits < 2:
@@ -278,7 +282,8 @@ class LLMEngine:
         return (f"max_num_batched_tokens={c.max_num_batched_tokens} max_num_seqs={c.max_num_seqs} "
                 f"max_model_len={c.max_model_len} ({self.max_model_len_reason}) block_size={c.block_size} "
                 f"num_blocks={c.num_blocks} "
-                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_state_slots={p.num_state_slots} "
+                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_state_slots={p.num_state_slots}"
+                f"{f'x{p.state_rows_per_request}_rows' if p.state_rows_per_request > 1 else ''} "
                 f"({p.state_bytes / 2**20:.1f} MiB) budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
 
     def _int8_scales(self, checkpoint_scales, calibration_prompts, block_size):

@@ -76,7 +76,11 @@ def expert_bytes_per_layer(config: Qwen35Config, dtype: torch.dtype) -> int:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """How a memory budget is split: KV blocks (null block included) and GDN state slots."""
+    """How a memory budget is split: KV blocks (null block included) and GDN state slots.
+
+    A state slot is one request's: ``state_rows_per_request`` GDN state rows
+    (1 + k with k speculative tokens), all counted in ``state_bytes``.
+    """
 
     num_blocks: int
     num_state_slots: int
@@ -84,11 +88,13 @@ class MemoryPlan:
     kv_bytes: int
     state_bytes: int
     budget_bytes: int | None
+    state_rows_per_request: int = 1
 
 
 def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: int, max_num_seqs: int,
                 max_model_len: int, dtype: torch.dtype, kv_dtype: torch.dtype,
-                num_blocks: int | None = None, gdn_pages_per_request: int = 0) -> MemoryPlan:
+                num_blocks: int | None = None, gdn_pages_per_request: int = 0,
+                state_rows_per_request: int = 1) -> MemoryPlan:
     """Size the KV cache and state pools.
 
     One state slot per running request: ``max_num_seqs`` slots, fewer when half
@@ -98,9 +104,12 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     ``gdn_pages_per_request`` pool pages (the scheduler's accounting of a hybrid
     model's GDN states, vLLM's one-pool layout; the model itself keeps those
     states in the state pools until it reads them from the pages);
-    ``num_blocks`` overrides that.
+    ``num_blocks`` overrides that. Each slot holds ``state_rows_per_request``
+    GDN state rows (1 + k for MTP speculative decoding with k draft tokens:
+    the model runner allocates ``num_state_slots * state_rows_per_request``
+    rows), and all of them count against the budget.
     """
-    slot_bytes = max(bytes_per_state_slot(config, dtype), 1)
+    slot_bytes = _slot_bytes(config, dtype, state_rows_per_request)
     block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
     blocks_per_seq = -(-max_model_len // block_size) + gdn_pages_per_request
     slots = max_num_seqs
@@ -123,7 +132,16 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     if num_blocks < 1 + NUM_RESERVED_BLOCKS:
         raise ValueError(f"num_blocks must be >= {1 + NUM_RESERVED_BLOCKS} (block 0 is reserved), got {num_blocks}")
     return MemoryPlan(num_blocks=num_blocks, num_state_slots=slots, max_num_seqs=slots,
-                      kv_bytes=num_blocks * block_bytes, state_bytes=slots * slot_bytes, budget_bytes=budget_bytes)
+                      kv_bytes=num_blocks * block_bytes, state_bytes=slots * slot_bytes, budget_bytes=budget_bytes,
+                      state_rows_per_request=state_rows_per_request)
+
+
+def _slot_bytes(config: Qwen35Config, dtype: torch.dtype, state_rows_per_request: int) -> int:
+    """Bytes of one request's state slot: ``state_rows_per_request`` GDN state rows (at least 1 byte)."""
+    if isinstance(state_rows_per_request, bool) or not isinstance(state_rows_per_request, int) \
+            or state_rows_per_request < 1:
+        raise ValueError(f"plan_memory: state_rows_per_request must be an int >= 1, got {state_rows_per_request!r}")
+    return max(bytes_per_state_slot(config, dtype) * state_rows_per_request, 1)
 
 
 def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, num_state_slots: int,
@@ -154,16 +172,17 @@ def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, n
 
 def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: int, max_num_seqs: int,
                       dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None,
-                      gdn_pages_per_request: int = 0) -> int:
+                      gdn_pages_per_request: int = 0, state_rows_per_request: int = 1) -> int:
     """The longest request (in tokens, a whole number of blocks) that ``plan_memory`` can hold in the budget.
 
     The state slots take what ``plan_memory`` gives them (at most half the
     budget); the KV blocks left (or ``num_blocks``), less the null block and the
     request's GDN state pages (``gdn_pages_per_request``: the scheduler takes a
     hybrid model's GDN pages from the same pool, as vLLM does), all go to one
-    request. 0 when not even one block fits.
+    request. 0 when not even one block fits. ``state_rows_per_request`` is
+    ``plan_memory``'s (1 + k with k speculative tokens).
     """
-    slot_bytes = max(bytes_per_state_slot(config, dtype), 1)
+    slot_bytes = _slot_bytes(config, dtype, state_rows_per_request)
     block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
     slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
     if num_blocks is None:

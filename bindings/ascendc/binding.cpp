@@ -100,21 +100,6 @@ void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::G
   Info()["ub_high_water"] = stats.ubHighWater;
   if (!err.empty()) throw std::runtime_error(err);
 }
-
-void RunSimMix(const char* kernel, uint32_t groups, const std::vector<qwen_sim::GmRegion>& regions,
-               const std::function<void()>& body) {
-  qwen_sim::LaunchStats stats;
-  std::string err;
-  {
-    py::gil_scoped_release release;
-    err = qwen_sim::Launch(kernel, groups, qwen_sim::LaunchKind::Mix1To2, body, regions, &stats);
-  }
-  Info() = py::dict();
-  Info()["kernel"] = kernel;
-  Info()["block_dim"] = stats.blocks;
-  Info()["ub_high_water"] = stats.ubHighWater;
-  if (!err.empty()) throw std::runtime_error(err);
-}
 #endif
 
 namespace {

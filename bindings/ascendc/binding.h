@@ -121,12 +121,14 @@ void RunSim(const char* kernel, uint32_t blockDim, const std::vector<qwen_sim::G
             const std::function<void()>& body, Cores cores = Cores::kVector);
 #endif
 
-// Launches `kernel` (QWEN_KERNEL(name)) on tiling.usedCores cores with the
-// pointer arguments `args` in the kernel's parameter order, followed by the
-// tiling, copied to `device`:
+// Launches `kernel` (QWEN_KERNEL(name)) on tiling.usedCores cores (or, for
+// Cores::kMix1To2, groups of one AIC and two AIVs) with the pointer arguments
+// `args` in the kernel's parameter order, followed by the tiling, copied to
+// `device`:
 //   * CANN build: on the current NPU stream.
 //   * CPU build: through the stand-in, as kernel `op`, with `args` and the
-//     tiling as the only GM regions it may touch.
+//     tiling as the only GM regions it may touch; for a mixed kernel all
+//     3 * usedCores cores run at once and their GM hand-offs are race-checked.
 template <typename Kernel, typename Tiling, typename... GmArgs>
 void LaunchOn(Cores cores, Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device,
               const GmArgs&... args) {
@@ -146,28 +148,6 @@ void LaunchOn(Cores cores, Kernel kernel, const char* op, const Tiling& tiling, 
 template <typename Kernel, typename Tiling, typename... GmArgs>
 void Launch(Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device, const GmArgs&... args) {
   LaunchOn(Cores::kVector, kernel, op, tiling, device, args...);
-}
-
-// Launches a KERNEL_TYPE_MIX_AIC_1_2 kernel on tiling.usedCores groups (one
-// AIC and two AIVs each), as Launch() does for vector kernels; on the stand-in
-// all 3 * usedCores cores run at once and their GM hand-offs are race-checked.
-#ifndef QWEN_OPS_WITH_CANN
-void RunSimMix(const char* kernel, uint32_t groups, const std::vector<qwen_sim::GmRegion>& regions,
-               const std::function<void()>& body);
-#endif
-template <typename Kernel, typename Tiling, typename... GmArgs>
-void LaunchMix(Kernel kernel, const char* op, const Tiling& tiling, const at::Device& device, const GmArgs&... args) {
-  const at::Tensor tilingDev = TilingBytes(tiling, device);
-  const GmArg tilingArg = Arg("tiling", tilingDev, kRead);
-#ifdef QWEN_OPS_WITH_CANN
-  (void)op;
-  kernel(tiling.usedCores, c10_npu::getCurrentNPUStream().stream(), args.ptr..., tilingArg.ptr);
-#else
-  std::vector<qwen_sim::GmRegion> regions;
-  for (const GmArg& a : {args..., tilingArg})
-    if (a.ptr != nullptr) regions.push_back({a.ptr, a.bytes, a.access == kWrite, a.name});
-  RunSimMix(op, tiling.usedCores, regions, [&] { kernel(args.ptr..., tilingArg.ptr); });
-#endif
 }
 
 // ------------------------------------------------------------------ registration

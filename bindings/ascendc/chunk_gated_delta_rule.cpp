@@ -36,11 +36,11 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>> GdnChunk(
                                    v.options().dtype(at::kFloat));
   // A state pool (with ssm_state_indices) is updated in place; plain initial states are only read.
   const Access poolAccess = stateIndices.has_value() ? kWrite : kRead;
-  LaunchMix(QWEN_KERNEL(qwen_gdn_chunk), op, tiling, q.device(), Arg("q", q, kRead), Arg("k", k, kRead),
-            Arg("v", v, kRead), Arg("g", g, kRead), Arg("beta", beta, kRead),
-            Arg("initial_state", initialState, poolAccess), Arg("cu_seqlens", cuSeqlens, kRead),
-            Arg("ssm_state_indices", stateIndices, kRead), Arg("has_initial_state", hasInitial, kRead),
-            Arg("o", o, kWrite), Arg("final_state", finalState, kWrite), Arg("workspace", workspace, kWrite));
+  LaunchOn(Cores::kMix1To2, QWEN_KERNEL(qwen_gdn_chunk), op, tiling, q.device(), Arg("q", q, kRead),
+           Arg("k", k, kRead), Arg("v", v, kRead), Arg("g", g, kRead), Arg("beta", beta, kRead),
+           Arg("initial_state", initialState, poolAccess), Arg("cu_seqlens", cuSeqlens, kRead),
+           Arg("ssm_state_indices", stateIndices, kRead), Arg("has_initial_state", hasInitial, kRead),
+           Arg("o", o, kWrite), Arg("final_state", finalState, kWrite), Arg("workspace", workspace, kWrite));
   NoteTiling({{"used_cores", tiling.usedCores}, {"ws_floats_per_group", tiling.wsFloatsPerGroup},
               {"ub_planned", static_cast<int64_t>(qwen_ascendc::GdnChunkUb(tiling))}});
   return {o, finalState};
