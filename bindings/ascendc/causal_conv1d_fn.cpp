@@ -1,6 +1,7 @@
 // qwen_ops._C.ascendc_causal_conv1d_fn: checks, tiling and launch of the Ascend C kernel
 // ops_ascendc/causal_conv1d_fn/.
 #include "binding.h"
+#include "conv.h"
 
 #include "causal_conv1d_fn/op_host/causal_conv1d_fn_tiling_host.h"
 
@@ -20,22 +21,14 @@ at::Tensor CausalConv1dFn(const at::Tensor& x, const at::Tensor& weight, const c
                           const at::Tensor& cacheIndices, const at::Tensor& hasInitialState, bool silu,
                           int64_t numCores, int64_t ubBytes, int64_t maxTile) {
   const char* op = "causal_conv1d_fn";
-  Expect(op, "x", x, 2);
+  ExpectConvOperands(op, x, weight, bias, convStates);
   const int64_t t = x.size(0), c = x.size(1);
-  Expect(op, "weight", weight, 2);
-  const int64_t kw = weight.size(1);
-  ExpectShape(op, "weight", weight, {c, kw});
-  TORCH_CHECK(kw >= 2, op, ": kernel width K must be >= 2");
-  Expect(op, "conv_states", convStates, 3);
-  ExpectShape(op, "conv_states", convStates, {convStates.size(0), kw - 1, c});
-  if (bias.has_value()) ExpectShape(op, "bias", *bias, {c});
   Expect(op, "query_start_loc", queryStartLoc, 1);
   TORCH_CHECK(queryStartLoc.numel() >= 1, op, ": 'query_start_loc' must be [N+1], N >= 0");
   const int64_t n = queryStartLoc.numel() - 1;
   ExpectShape(op, "cache_indices", cacheIndices, {n});
   ExpectShape(op, "has_initial_state", hasInitialState, {n});
-  TORCH_CHECK(IsFloat(x) && IsFloat(weight) && IsFloat(convStates) && (!bias.has_value() || IsFloat(*bias)), op,
-              ": x, weight, bias and conv_states must be float tensors");
+  ExpectConvFloats(op, x, weight, bias, convStates);
   TORCH_CHECK(IsIndex(queryStartLoc) && IsIndex(cacheIndices), op,
               ": 'query_start_loc' and 'cache_indices' must be int32/int64");
   TORCH_CHECK(hasInitialState.scalar_type() == at::kBool, op, ": 'has_initial_state' must be bool");
@@ -43,20 +36,11 @@ at::Tensor CausalConv1dFn(const at::Tensor& x, const at::Tensor& weight, const c
   if (n == 0 || c == 0) return out;
   qwen_ascendc::CausalConv1dFnTiling shape{};
   shape.numTokens = U32(op, t, "T");
-  shape.channels = U32(op, c, "C");
-  shape.width = U32(op, kw, "K");
-  shape.numStates = U32(op, convStates.size(0), "S");
+  FillConvShape(op, shape, x, weight, bias, convStates, cacheIndices, silu);
   shape.numSeqs = U32(op, n, "N");
   U32(op, t * c, "T * C");
   U32(op, convStates.numel(), "S * (K-1) * C");
-  shape.xDtype = Code(x.scalar_type());
-  shape.stateDtype = Code(convStates.scalar_type());
-  shape.weightDtype = Code(weight.scalar_type());
-  shape.biasDtype = bias.has_value() ? Code(bias->scalar_type()) : 0;
   shape.qslDtype = Code(queryStartLoc.scalar_type());
-  shape.idxDtype = Code(cacheIndices.scalar_type());
-  shape.hasBias = bias.has_value();
-  shape.silu = silu;
   const auto tiling = qwen_ascendc::PlanCausalConv1dFn(shape, Config(numCores, ubBytes, maxTile));
   Launch(QWEN_KERNEL(qwen_causal_conv1d_fn), op, tiling, x.device(), Arg("x", x, kRead),
          Arg("weight", weight, kRead), Arg("bias", bias, kRead), Arg("conv_states", convStates, kWrite),

@@ -1,6 +1,7 @@
 // qwen_ops._C.ascendc_causal_conv1d_update: checks, tiling and launch of the Ascend C kernel
 // ops_ascendc/causal_conv1d_update/.
 #include "binding.h"
+#include "conv.h"
 
 #include "causal_conv1d_update/op_host/causal_conv1d_update_tiling_host.h"
 
@@ -18,33 +19,16 @@ at::Tensor CausalConv1dUpdate(const at::Tensor& x, const at::Tensor& convStates,
                               const c10::optional<at::Tensor>& bias, const at::Tensor& cacheIndices, bool silu,
                               int64_t numCores, int64_t ubBytes, int64_t maxTile) {
   const char* op = "causal_conv1d_update";
-  Expect(op, "x", x, 2);
+  ExpectConvOperands(op, x, weight, bias, convStates);
   const int64_t b = x.size(0), c = x.size(1);
-  Expect(op, "weight", weight, 2);
-  const int64_t kw = weight.size(1);
-  ExpectShape(op, "weight", weight, {c, kw});
-  TORCH_CHECK(kw >= 2, op, ": kernel width K must be >= 2");
-  Expect(op, "conv_states", convStates, 3);
-  ExpectShape(op, "conv_states", convStates, {convStates.size(0), kw - 1, c});
-  if (bias.has_value()) ExpectShape(op, "bias", *bias, {c});
   ExpectShape(op, "cache_indices", cacheIndices, {b});
-  TORCH_CHECK(IsFloat(x) && IsFloat(weight) && IsFloat(convStates) && (!bias.has_value() || IsFloat(*bias)), op,
-              ": x, weight, bias and conv_states must be float tensors");
+  ExpectConvFloats(op, x, weight, bias, convStates);
   TORCH_CHECK(IsIndex(cacheIndices), op, ": 'cache_indices' must be int32/int64");
   at::Tensor out = at::empty_like(x);
   if (b == 0 || c == 0) return out;
   qwen_ascendc::CausalConv1dUpdateTiling shape{};
   shape.batch = U32(op, b, "B");
-  shape.channels = U32(op, c, "C");
-  shape.width = U32(op, kw, "K");
-  shape.numStates = U32(op, convStates.size(0), "S");
-  shape.xDtype = Code(x.scalar_type());
-  shape.stateDtype = Code(convStates.scalar_type());
-  shape.weightDtype = Code(weight.scalar_type());
-  shape.biasDtype = bias.has_value() ? Code(bias->scalar_type()) : 0;
-  shape.idxDtype = Code(cacheIndices.scalar_type());
-  shape.hasBias = bias.has_value();
-  shape.silu = silu;
+  FillConvShape(op, shape, x, weight, bias, convStates, cacheIndices, silu);
   const auto tiling = qwen_ascendc::PlanCausalConv1dUpdate(shape, Config(numCores, ubBytes, maxTile));
   Launch(QWEN_KERNEL(qwen_causal_conv1d_update), op, tiling, x.device(), Arg("x", x, kRead),
          Arg("conv_states", convStates, kWrite), Arg("weight", weight, kRead), Arg("bias", bias, kRead),
