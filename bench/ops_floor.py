@@ -26,21 +26,10 @@ from qwen_ops.ops.conv import reference as conv_reference
 from qwen_ops.ops.conv import vectorized_update
 from qwen_ops.ops.gdn import reference_recurrent, vectorized_recurrent
 from qwen_ops.testing import SHAPES, Draw, conv_update_call, gdn_inputs, pool_indices, state_pool
+from qwen_ops.testing.bandwidth import read_bandwidth
 
 F32 = torch.float32
 BYTES = 4  # float32 throughout (the CPU serving dtype)
-
-
-def read_bandwidth(repeats: int, mib: int = 512) -> float:
-    """Bytes per second ``torch.sum`` reads from a tensor far larger than the caches (median of passes)."""
-    big = torch.ones(mib * 2**20 // BYTES, dtype=F32)
-    big.sum()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        big.sum()
-        times.append(time.perf_counter() - start)
-    return big.numel() * BYTES / statistics.median(times)
 
 
 def conv_case(batch: int):
@@ -106,7 +95,7 @@ def main(argv=None) -> list[dict]:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    bandwidth = read_bandwidth(args.repeats, args.bandwidth_mib)
+    bandwidth = read_bandwidth(args.bandwidth_mib << 20, args.repeats)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} "
           f"at start; read bandwidth (torch.sum, {args.bandwidth_mib} MiB) {bandwidth / 1e9:.1f} GB/s; median of {args.repeats}")
     print("| op | batch | MB moved | floor (ms) | reference (ms) | vectorised (ms) | ref/vec | vec/floor |")

@@ -25,19 +25,9 @@ import time
 
 import torch
 
+from qwen_ops.testing.bandwidth import read_bandwidth
+
 F32_BYTES = 4
-
-
-def read_bandwidth(mib: int = 512, repeats: int = 5) -> float:
-    """Bytes per second torch.sum reads from a float32 tensor far larger than the caches (median)."""
-    big = torch.ones(mib * 2**20 // F32_BYTES)
-    big.sum()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        big.sum()
-        times.append(time.perf_counter() - start)
-    return big.numel() * F32_BYTES / statistics.median(times)
 
 
 def decode_step_bytes(config, context: int) -> int:
@@ -142,7 +132,7 @@ def main(argv=None) -> dict:
     for _ in range(args.repeats):
         for name, run in engines.items():
             results[name].append(run())
-    bandwidth = read_bandwidth(64 if args.smoke else 512)
+    bandwidth = read_bandwidth((64 if args.smoke else 512) << 20)
     floor = decode_step_bytes(config, args.prompt_len + args.max_tokens // 2) / bandwidth
 
     print(f"model={model_dir} prompt_len={args.prompt_len} max_tokens={args.max_tokens} repeats={args.repeats} "

@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from qwen_ops.testing.bandwidth import read_bandwidth
+
 # Qwen3.5-0.8B's text shape (the published config), for a random checkpoint written by --make-0p8b.
 QWEN3_5_0P8B = {
     "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
@@ -65,18 +67,7 @@ def make_0p8b_checkpoint(path: str, seed: int = 0) -> str:
 
 # ----------------------------------------------------------------------------- the floor
 
-def read_bandwidth(nbytes: int = 512 << 20, repeats: int = 5) -> float:
-    """Bytes/s torch.sum reads from a float32 tensor of ``nbytes`` (best of ``repeats``: the machine's read rate)."""
-    x = torch.ones(nbytes // 4)
-    x.sum()
-    best = min(_timed(lambda: x.sum()) for _ in range(repeats))
-    return x.numel() * 4 / best
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+# The read rate comes from qwen_ops.testing.bandwidth.read_bandwidth.
 
 
 def decode_step_bytes(llm, batch: int, context_len: int) -> dict[str, int]:
@@ -293,7 +284,7 @@ def main(argv=None) -> int:
               max_num_batched_tokens=max(2048, max_seqs), max_model_len=2048)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, args.dtype)).eval()
     vocab = llm.config.vocab_size
-    bandwidth = read_bandwidth(64 << 20 if args.smoke else 512 << 20)
+    bandwidth = read_bandwidth(64 << 20 if args.smoke else 512 << 20, statistic=min)  # the best pass
     load = os.getloadavg()
     print(f"model={model_dir} dtype={args.dtype} threads={torch.get_num_threads()} "
           f"read bandwidth (torch.sum) {bandwidth / 1e9:.1f} GB/s; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")

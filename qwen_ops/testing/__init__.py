@@ -18,6 +18,8 @@ same cases; it needs nothing beyond torch.
   benchmarks and the device check time.
 * ``poisoned_memory``: fresh host allocations filled with a sentinel, so an
   output a kernel never wrote cannot pass as zeros.
+* ``bandwidth``: ``read_bandwidth()``, the memory read rate the benchmarks'
+  floors divide by, measured in the same run.
 
 A case table (the named rows a test or benchmark runs) stays with its
 runner, where each row says why it exists; what a row *means* -- which
