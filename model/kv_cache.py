@@ -111,7 +111,7 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     """
     slot_bytes = _slot_bytes(config, dtype, state_rows_per_request)
     block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
-    blocks_per_seq = -(-max_model_len // block_size) + gdn_pages_per_request
+    blocks_per_seq = -(-max_model_len // block_size) + _gdn_pages(gdn_pages_per_request)
     slots = max_num_seqs
     if budget_bytes is not None:
         slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
@@ -134,6 +134,14 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     return MemoryPlan(num_blocks=num_blocks, num_state_slots=slots, max_num_seqs=slots,
                       kv_bytes=num_blocks * block_bytes, state_bytes=slots * slot_bytes, budget_bytes=budget_bytes,
                       state_rows_per_request=state_rows_per_request)
+
+
+def _gdn_pages(gdn_pages_per_request: int) -> int:
+    """A request's GDN pages in the pool: an int >= 0 (0 for a model without GDN groups)."""
+    if isinstance(gdn_pages_per_request, bool) or not isinstance(gdn_pages_per_request, int) \
+            or gdn_pages_per_request < 0:
+        raise ValueError(f"plan_memory: gdn_pages_per_request must be an int >= 0, got {gdn_pages_per_request!r}")
+    return gdn_pages_per_request
 
 
 def _slot_bytes(config: Qwen35Config, dtype: torch.dtype, state_rows_per_request: int) -> int:
@@ -187,4 +195,4 @@ def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: in
     slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
     if num_blocks is None:
         num_blocks = (budget_bytes - slots * slot_bytes) // block_bytes
-    return max(0, num_blocks - NUM_RESERVED_BLOCKS - gdn_pages_per_request) * block_size
+    return max(0, num_blocks - NUM_RESERVED_BLOCKS - _gdn_pages(gdn_pages_per_request)) * block_size

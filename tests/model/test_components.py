@@ -91,3 +91,24 @@ def test_memory_plan_fits_the_budget():
     with pytest.raises(ValueError, match="cannot hold one request"):
         plan_memory(cfg, budget_bytes=2**16, block_size=16, max_num_seqs=4, max_model_len=4096,
                     dtype=torch.float32, kv_dtype=torch.float32)
+
+
+def test_memory_plan_counts_gdn_pages_and_refuses_a_bad_count():
+    """Each request's GDN pages come from the KV pool (vLLM's one-pool layout): the planner and the
+    fitted max_model_len leave room for them, and a count that is not an int >= 0 is refused."""
+    from qwen_ops.model.kv_cache import fit_max_model_len
+
+    cfg = Qwen35Config.from_dict(dict(
+        model_type="qwen3_5_text", vocab_size=10, hidden_size=8, intermediate_size=8, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=64, linear_value_head_dim=64))
+    args = dict(block_size=16, max_num_seqs=2, dtype=torch.float32, kv_dtype=torch.float32)
+    plain = plan_memory(cfg, budget_bytes=None, max_model_len=64, **args)
+    hybrid = plan_memory(cfg, budget_bytes=None, max_model_len=64, gdn_pages_per_request=3, **args)
+    assert hybrid.num_blocks == plain.num_blocks + 2 * 3
+    assert fit_max_model_len(cfg, budget_bytes=2**30, num_blocks=20, gdn_pages_per_request=3, **args) == 16 * 16
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="gdn_pages_per_request must be an int >= 0"):
+            plan_memory(cfg, budget_bytes=None, max_model_len=64, gdn_pages_per_request=bad, **args)
+        with pytest.raises(ValueError, match="gdn_pages_per_request must be an int >= 0"):
+            fit_max_model_len(cfg, budget_bytes=2**30, num_blocks=20, gdn_pages_per_request=bad, **args)
