@@ -1,12 +1,14 @@
-"""MTP speculation's memory plan: the 1 + k GDN state rows per request the model runner allocates are the ones
-``plan_memory`` counts against the budget (and ``budget_summary`` reports)."""
+"""MTP speculation's memory plan: the 1 + k GDN state rows of each request are pages of the one pool (1 + k per
+GDN group, "none" mode), and ``plan_memory`` counts exactly the caches the model runner allocates (and
+``budget_summary`` reports them)."""
 import pytest
 
 from qwen_ops import LLM
-from qwen_ops.model.kv_cache import bytes_per_block, bytes_per_state_slot, fit_max_model_len, plan_memory
+from qwen_ops.model.kv_cache import bytes_per_pool_block, fit_max_model_len, gdn_page_bytes, plan_memory
 
 K = 2
 MTP = {"method": "mtp", "num_speculative_tokens": K}
+GROUPS = 3  # the tiny checkpoint: 3 GDN layers, 1 attention layer
 
 
 @pytest.fixture(scope="module")
@@ -16,34 +18,34 @@ def probe(text_mtp_checkpoint):
 
 
 def allocated_state_bytes(caches):
-    tensors = list(caches.conv_states.values()) + list(caches.ssm_states.values())
-    return sum(t.numel() * t.element_size() for t in tensors)
+    tensors = {id(t): t for t in (*caches.conv_states.values(), *caches.ssm_states.values())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def test_planned_state_bytes_equal_allocated_with_fixed_blocks(text_mtp_checkpoint):
     llm = LLM(text_mtp_checkpoint, speculative_config=MTP, num_blocks=32, block_size=4, max_num_seqs=3,
               max_num_batched_tokens=8)
     plan = llm.plan
-    assert plan.state_rows_per_request == 1 + K
-    assert llm.caches.num_state_slots == plan.num_state_slots * (1 + K)
-    assert plan.state_bytes == allocated_state_bytes(llm.caches)
-    assert plan.state_bytes == plan.num_state_slots * (1 + K) * bytes_per_state_slot(llm.config, llm.dtype)
-    assert f"gdn_state_slots={plan.num_state_slots}x{1 + K}_rows ({plan.state_bytes / 2**20:.1f} MiB)" \
+    assert plan.state_rows_per_request == 1 + K and not llm.scheduler_config.enable_prefix_caching
+    assert llm.caches.num_state_slots == plan.num_blocks == 32  # state rows are block ids
+    assert plan.state_bytes == allocated_state_bytes(llm.caches) == 32 * gdn_page_bytes(llm.config, llm.dtype)
+    assert f"gdn_states=in_pool_pages {1 + K}_rows_per_request ({plan.state_bytes / 2**20:.1f} MiB)" \
         in llm.budget_summary()
 
 
-def test_budget_bound_plan_holds_all_state_rows(text_mtp_checkpoint, probe):
-    """A budget whose half holds 2 requests' 1 + k rows (but 6 single rows) gets 2 slots, and the caches fit it."""
+def test_budget_bound_plan_counts_every_state_page(text_mtp_checkpoint, probe):
+    """Without num_blocks the pool is capped at what max_num_seqs requests use, each holding
+    GROUPS * (1 + k) GDN pages; the caches fit the budget."""
     config, dtype = probe.config, probe.dtype
-    slot = bytes_per_state_slot(config, dtype) * (1 + K)
-    block = bytes_per_block(config, 4, dtype)
-    budget = 4 * slot + 40 * block
-    assert 40 * block < 2 * slot, "the test budget's half must hold exactly 2 slots"
+    block_size = probe.scheduler_config.block_size
+    block = bytes_per_pool_block(config, block_size, dtype, dtype)
+    budget = 200 * block
     llm = LLM(text_mtp_checkpoint, speculative_config=MTP, kv_cache_memory_gib=budget / 2**30, block_size=4,
               max_num_seqs=3, max_num_batched_tokens=8, max_model_len=16)
     plan = llm.plan
-    assert plan.num_state_slots == plan.max_num_seqs == 2
-    assert plan.state_bytes == allocated_state_bytes(llm.caches) == 2 * slot
+    assert llm.scheduler_config.block_size == block_size
+    assert plan.num_blocks == 3 * (-(-16 // block_size) + GROUPS * (1 + K)) + 1
+    assert plan.state_bytes == allocated_state_bytes(llm.caches)
     # The target model's KV caches only: the MTP layers' own KV caches (add_mtp_kv_caches) are not planned yet.
     kv = sum(llm.caches.key_caches[i].nbytes + llm.caches.value_caches[i].nbytes
              for i in config.full_attention_layers)
@@ -51,16 +53,18 @@ def test_budget_bound_plan_holds_all_state_rows(text_mtp_checkpoint, probe):
     assert plan.kv_bytes + plan.state_bytes <= budget
 
 
-def test_fit_max_model_len_leaves_room_for_all_state_rows(probe):
+def test_fit_max_model_len_leaves_room_for_all_state_pages(probe):
     config, dtype = probe.config, probe.dtype
-    row, block = bytes_per_state_slot(config, dtype), bytes_per_block(config, 4, dtype)
-    budget = 2 * row * (1 + K) + 40 * block
-    common = dict(budget_bytes=budget, block_size=4, max_num_seqs=1, dtype=dtype, kv_dtype=dtype)
-    one_row = fit_max_model_len(config, **common)
-    rows = fit_max_model_len(config, **common, state_rows_per_request=1 + K)
-    assert rows == (budget - row * (1 + K)) // block * 4 - 4  # less the null block
+    block_size = probe.scheduler_config.block_size
+    block = bytes_per_pool_block(config, block_size, dtype, dtype)
+    budget = 40 * block
+    common = dict(budget_bytes=budget, block_size=block_size, max_num_seqs=1, dtype=dtype, kv_dtype=dtype)
+    one_row = fit_max_model_len(config, **common, gdn_pages_per_request=GROUPS)
+    rows = fit_max_model_len(config, **common, gdn_pages_per_request=GROUPS * (1 + K), state_rows_per_request=1 + K)
+    assert rows == (40 - 1 - GROUPS * (1 + K)) * block_size  # less the null block
     assert rows < one_row
-    plan = plan_memory(config, **common, max_model_len=rows, state_rows_per_request=1 + K)
+    plan = plan_memory(config, **common, max_model_len=rows, gdn_pages_per_request=GROUPS * (1 + K),
+                       state_rows_per_request=1 + K)
     assert plan.kv_bytes + plan.state_bytes <= budget
 
 
