@@ -15,10 +15,12 @@ import torch
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 from qwen_ops.ops._backend import resolve
+from qwen_ops.ops.cache import reference as cache_reference
+from qwen_ops.ops.cache import vectorized_write
 from qwen_ops.ops.conv import reference as conv_reference
-from qwen_ops.ops.conv import vectorized_update
+from qwen_ops.ops.conv import vectorized_fn, vectorized_update
 from qwen_ops.ops.gdn import reference_recurrent, vectorized_recurrent
-from qwen_ops.testing import Draw, conv_update_call, gdn_inputs, offsets, pool_indices, state_pool
+from qwen_ops.testing import Draw, cache_write_call, conv_fn_call, conv_update_call, gdn_inputs, offsets, pool_indices, state_pool
 
 F32 = torch.float32
 
@@ -123,8 +125,62 @@ def test_conv_update_all_padding_writes_nothing(gen):
     assert torch.equal(out, torch.zeros_like(out)) and torch.equal(arguments["conv_states"], before)
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("activation", ["silu", None])
+@pytest.mark.parametrize("dtype", [F32, torch.bfloat16])
+def test_conv_fn_matches_reference(gen, monkeypatch, with_bias, activation, dtype):
+    # Sequences of 0, 1 and 2 tokens (shorter than K-1 = 3: part of the old state is kept), padding, a fresh
+    # start, and tiles smaller than the packed tokens so that a sequence boundary falls inside a tile.
+    monkeypatch.setattr(vectorized_fn, "TILE_ROWS", 16)
+    arguments = conv_fn_call(Draw(gen), [5, 0, 1, 2, 70, 9], 24, 4, dtype, pool_rows=8, bias=with_bias,
+                             cache_indices=[3, 1, -1, 0, 5, 7], has_initial_state=[True, True, True, False, True, True])
+    arguments["activation"] = activation
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_fn,
+                                                     vectorized_fn.causal_conv1d_fn, arguments)
+    torch.testing.assert_close(out_vec, out_ref, **tol(VECTORIZED_VS_REFERENCE, dtype))
+    # New states are stored inputs, moved, not computed: bit-identical (and row 2, used by nobody, untouched).
+    assert torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+    assert torch.equal(vec_args["x"], arguments["x"]) and torch.equal(vec_args["weight"], arguments["weight"])
+
+
+def test_conv_fn_no_tokens_carries_or_clears_states(gen):
+    arguments = conv_fn_call(Draw(gen), [0, 0], 8, 4, F32, pool_rows=3, cache_indices=[2, 0],
+                             has_initial_state=[True, False])
+    arguments["activation"] = "silu"
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_fn,
+                                                     vectorized_fn.causal_conv1d_fn, arguments)
+    assert out_vec.shape == (0, 8) and torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+
+
+@pytest.mark.parametrize("cache_dtype", [F32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("padding", [None, slice(1, None, 3)])
+def test_cache_write_is_bit_identical_to_reference(gen, monkeypatch, cache_dtype, padding):
+    monkeypatch.setattr(vectorized_write, "TILE_TOKENS", 4)  # several quantization tiles, a partial last one
+    dtype = torch.bfloat16 if cache_dtype == torch.bfloat16 else F32
+    arguments = cache_write_call(Draw(gen), tokens=11, hkv=2, head_dim=16, block_size=4, num_blocks=6, dtype=dtype,
+                                 cache_dtype=cache_dtype, padding=padding, key_scale=3.0)
+    if cache_dtype == torch.int8:  # the defined non-finite cases: NaN -> 0, +inf -> 127, -inf -> -128
+        arguments["key"][0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    (_, ref_args), (_, vec_args) = _both(cache_reference.reshape_and_cache, vectorized_write.reshape_and_cache,
+                                         arguments)
+    for name in ("key_cache", "value_cache"):  # written slots alike, every other slot left as it was
+        assert torch.equal(vec_args[name], ref_args[name])
+    assert not torch.equal(vec_args["key_cache"], arguments["key_cache"])  # something was written
+    assert torch.equal(torch.nan_to_num(vec_args["key"]), torch.nan_to_num(arguments["key"]))  # input intact
+
+
+def test_cache_write_all_padding_writes_nothing(gen):
+    arguments = cache_write_call(Draw(gen), tokens=3, hkv=1, head_dim=8, block_size=4, num_blocks=2, dtype=F32,
+                                 cache_dtype=torch.int8, padding=slice(None))
+    before = arguments["key_cache"].clone()
+    vectorized_write.reshape_and_cache(**arguments)
+    assert torch.equal(arguments["key_cache"], before)
+
+
 def test_torch_backend_runs_the_vectorised_forms_on_cpu():
     cpu = torch.device("cpu")
     assert resolve("fused_recurrent_gated_delta_rule", "torch", cpu) is \
         vectorized_recurrent.fused_recurrent_gated_delta_rule
     assert resolve("causal_conv1d_update", "torch", cpu) is vectorized_update.causal_conv1d_update
+    assert resolve("causal_conv1d_fn", "torch", cpu) is vectorized_fn.causal_conv1d_fn
+    assert resolve("reshape_and_cache", "torch", cpu) is vectorized_write.reshape_and_cache
