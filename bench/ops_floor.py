@@ -4,9 +4,10 @@ For each op the torch backend serves on the CPU and each workload (decode at
 batch 1 and 256, prefill of 8192 tokens), this times what ``backend="torch"``
 runs on CPU tensors (``ops._backend.resolve``) and, where that is a faster
 form than the readable reference, the reference too, side by side in one
-process: the two are called alternately, ``--repeats`` times each after a
-warm-up, on fresh copies of the arguments the op writes, and the median is
-kept. Shapes are ``SHAPES["qwen3.5-0.8b"]`` (8 query / 2 KV heads of 256, KV
+process; where the backend runs a C++ kernel of ``qwen_ops._C`` first (GDN
+decode step, conv update), also the torch form it falls back to without one.
+They are called alternately, ``--repeats`` times each after a warm-up, on
+fresh copies of the arguments the op writes, and the median is kept. Shapes are ``SHAPES["qwen3.5-0.8b"]`` (8 query / 2 KV heads of 256, KV
 blocks of 16; GDN 16 / 16 heads of 128; conv 6144 channels, width 4), float32
 (the CPU serving dtype), decode attention over ``--context`` cached tokens per
 request.
@@ -29,6 +30,7 @@ number; only the ratios within one run are comparable.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import time
@@ -59,6 +61,28 @@ REFERENCES = {  # the readable definition of each op the torch backend runs in a
     "reshape_and_cache": "cache.reference:reshape_and_cache",
     "fused_gdn_gating": "gdn.reference_gating:fused_gdn_gating",
 }
+
+
+# Ops whose torch backend calls a C++ kernel of qwen_ops._C first: the module whose ``_kernel`` it asks for it.
+KERNEL_MODULES = {
+    "fused_recurrent_gated_delta_rule": "qwen_ops.ops.gdn.cpu_decode_kernel",
+    "causal_conv1d_update": "qwen_ops.ops.conv.cpu_update_kernel",
+}
+
+
+def without_kernel(fn: Callable, module_name: str) -> Callable:
+    """``fn`` with its C++ kernel hidden: the torch form it falls back to (what the backend ran before the kernel)."""
+    module = importlib.import_module(module_name)
+
+    def torch_form(**arguments):
+        saved = module._kernel
+        module._kernel = lambda: None
+        try:
+            return fn(**arguments)
+        finally:
+            module._kernel = saved
+
+    return torch_form
 
 
 @dataclass
@@ -253,9 +277,9 @@ def main(argv=None) -> list[dict]:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at "
           f"start; read bandwidth (torch.sum, {args.bandwidth_mib} MiB) {bandwidth / 1e9:.1f} GB/s; matmul "
           f"(torch.mm 2048^2) {rate / 1e9:.1f} GFLOP/s; median of {args.repeats}; decode context {args.context}")
-    print("| op | workload | MB moved | GFLOP | floor (ms) | bound | reference (ms) | torch backend (ms) | ref/backend "
-          "| backend/floor |")
-    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|")
+    print("| op | workload | MB moved | GFLOP | floor (ms) | bound | reference (ms) | torch form, no C++ kernel (ms) "
+          "| torch backend (ms) | ref/backend | backend/floor |")
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     rows = []
     for workload in args.workloads:
         for build in cases(workload, args.context):
@@ -267,6 +291,10 @@ def main(argv=None) -> list[dict]:
             functions = {"backend": backend}
             if reference is not backend and not args.no_reference:
                 functions["reference"] = reference
+            kernel_module = KERNEL_MODULES.get(case.op)
+            has_kernel = kernel_module is not None and importlib.import_module(kernel_module)._kernel() is not None
+            if has_kernel:
+                functions["torch form"] = without_kernel(backend, kernel_module)
             median = time_side_by_side(functions, case, args.repeats)
             by_bytes, by_flops = case.moved / bandwidth, case.flops / rate
             floor = max(by_bytes, by_flops)
@@ -277,8 +305,10 @@ def main(argv=None) -> list[dict]:
             same = reference is backend
             ref_text = "(is the backend)" if same else ("-" if ref is None else f"{ref * 1e3:.2f}")
             speedup = "-" if ref is None else f"{ref / median['backend']:.1f}x"
+            form = median.get("torch form")
+            form_text = "(no kernel)" if form is None else f"{form * 1e3:.2f}"
             print(f"| {case.op} | {case.label} | {case.moved / 1e6:.2f} | {case.flops / 1e9:.2f} | {floor * 1e3:.3f} "
-                  f"| {row['bound']} | {ref_text} | {median['backend'] * 1e3:.2f} | {speedup} "
+                  f"| {row['bound']} | {ref_text} | {form_text} | {median['backend'] * 1e3:.2f} | {speedup} "
                   f"| {median['backend'] / floor:.1f}x |", flush=True)
             del case
     print(f"load average {os.getloadavg()[0]:.1f} at end")

@@ -50,7 +50,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "ascendc": "ascendc_backend:mixed_attention",
     },
     "chunk_gated_delta_rule": {
-        "torch": "gdn.reference_chunk:chunk_gated_delta_rule",
+        "torch": "gdn.vectorized_chunk:chunk_gated_delta_rule",  # tested against gdn.reference_chunk
         "triton": "gdn.triton_chunk:chunk_gated_delta_rule",
         "ascendc": "ascendc_backend:chunk_gated_delta_rule",
     },
