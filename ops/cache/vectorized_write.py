@@ -51,9 +51,8 @@ def reshape_and_cache(*, key, value, key_cache, value_cache, slot_mapping, k_sca
     """Write key/value [T, Hkv, D] to their slots ([T], -1 = skip) of the caches, in place; see ``reference.py``."""
     num_blocks, hkv, block_size, d = key_cache.shape
     slots = slot_mapping.to(I64)
-    keep = slots >= 0
-    if not bool(keep.all()):
-        kept = keep.nonzero().squeeze(-1)
+    kept = (slots >= 0).nonzero().squeeze(-1)  # its length is known without reading a value (no host sync)
+    if kept.numel() != slots.numel():
         key, value, slots = key.index_select(0, kept), value.index_select(0, kept), slots[kept]
     if slots.numel() == 0:
         return
