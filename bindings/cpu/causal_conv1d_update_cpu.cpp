@@ -7,12 +7,11 @@
 // intra-op threads (at::parallel_for).
 //
 // Per channel c (the torch form's order of operations): y = x * w[K-1] + bias + sum_{k<K-1} state[k] * w[k],
-// then SiLU if asked; the state becomes its K-2 newest inputs followed by x.
+// the pre-activation (the caller applies SiLU with torch's vectorised exp: a scalar std::exp per channel cost
+// more than the whole pass); the state becomes its K-2 newest inputs followed by x.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
-
-#include <cmath>
 
 #include "bindings/cpu/pool_slots.h"
 
@@ -20,7 +19,7 @@ namespace qwen_ops::cpu {
 namespace {
 
 void causal_conv1d_update(const at::Tensor& x, at::Tensor& states, const at::Tensor& taps,
-                          const c10::optional<at::Tensor>& bias, const at::Tensor& slots, bool silu, at::Tensor& out) {
+                          const c10::optional<at::Tensor>& bias, const at::Tensor& slots, at::Tensor& out) {
   const char* op = "causal_conv1d_update_cpu";
   const at::Tensor* dense[] = {&x, &states, &taps, &out};
   for (const at::Tensor* t : dense) {
@@ -58,11 +57,16 @@ void causal_conv1d_update(const at::Tensor& x, at::Tensor& states, const at::Ten
       }
       const float* xb = xp + b * channels;
       float* s = pool + slot[b] * context * channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        float acc = xb[c] * w[context * channels + c];
-        if (bias_data != nullptr) acc += bias_data[c];
-        for (int64_t k = 0; k < context; ++k) acc += s[k * channels + c] * w[k * channels + c];
-        yb[c] = silu ? acc / (1.0f + std::exp(-acc)) : acc;
+      // Loops over channels innermost, so each is a plain vectorisable pass over contiguous rows.
+      const float* newest = w + context * channels;
+      for (int64_t c = 0; c < channels; ++c) yb[c] = xb[c] * newest[c];
+      if (bias_data != nullptr) {
+        for (int64_t c = 0; c < channels; ++c) yb[c] += bias_data[c];
+      }
+      for (int64_t k = 0; k < context; ++k) {
+        const float* saved = s + k * channels;
+        const float* tap = w + k * channels;
+        for (int64_t c = 0; c < channels; ++c) yb[c] += saved[c] * tap[c];
       }
       for (int64_t k = 0; k + 1 < context; ++k) {  // shift: oldest first, so nothing is read after it is overwritten
         std::copy(s + (k + 1) * channels, s + (k + 2) * channels, s + k * channels);
@@ -76,11 +80,10 @@ void causal_conv1d_update(const at::Tensor& x, at::Tensor& states, const at::Ten
 
 void register_causal_conv1d_update(pybind11::module_& m) {
   m.def("causal_conv1d_update_cpu", &causal_conv1d_update, pybind11::arg("x"), pybind11::arg("conv_states"),
-        pybind11::arg("taps"), pybind11::arg("bias"), pybind11::arg("slots"), pybind11::arg("silu"),
-        pybind11::arg("out"),
+        pybind11::arg("taps"), pybind11::arg("bias"), pybind11::arg("slots"), pybind11::arg("out"),
         "One-token causal conv update on a float32 state pool, in place (CPU). x float32 [B, C]; conv_states "
         "[S, K-1, C]; taps float32 [K, C] (the weight transposed); bias [C] or None; slots int64 [B] (-1 = "
-        "padding: zero output); writes out [B, C].");
+        "padding: zero output); writes the pre-activation out [B, C].");
 }
 
 }  // namespace qwen_ops::cpu

@@ -33,7 +33,7 @@ import torch
 F32 = torch.float32
 I64 = torch.int64
 # Gathered float32 K + V per tile: small enough to stay in the last-level cache between the gather and the products.
-TILE_BYTES = 8 << 20
+TILE_BYTES = 4 << 20
 
 
 def gathered_blocks(block_tables: torch.Tensor, lengths: torch.Tensor, block_size: int, num_blocks: int):

@@ -197,9 +197,9 @@ def test_conv_update_kernel_rejects_a_slot_outside_the_pool():
         pytest.skip("qwen_ops._C was built without the CPU kernels (QWEN_OPS_BUILD_EXT=0)")
     states = torch.zeros(2, 3, 8)
     with pytest.raises(RuntimeError, match="outside the pool"):
-        kernel(torch.zeros(1, 8), states, torch.zeros(4, 8), None, torch.tensor([5]), True, torch.empty(1, 8))
+        kernel(torch.zeros(1, 8), states, torch.zeros(4, 8), None, torch.tensor([5]), torch.empty(1, 8))
     with pytest.raises(RuntimeError, match="taps must be"):
-        kernel(torch.zeros(1, 8), states, torch.zeros(4, 7), None, torch.tensor([0]), True, torch.empty(1, 8))
+        kernel(torch.zeros(1, 8), states, torch.zeros(4, 7), None, torch.tensor([0]), torch.empty(1, 8))
     assert torch.equal(states, torch.zeros(2, 3, 8))
 
 
