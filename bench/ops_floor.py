@@ -164,11 +164,10 @@ def gdn_chunk(tokens, draw):
                 flops, writes=("initial_state",))
 
 
-def gating(tokens, draw):
+def gating(tokens, draw, phase):
     arguments = gating_inputs(draw, tokens, SHAPE.hv, F32)
     moved = _bytes(*arguments.values()) + 2 * _bytes(arguments["a"])  # inputs, g and beta
-    label = f"decode {tokens}" if tokens <= 256 else f"prefill {tokens}"
-    return Case("fused_gdn_gating", label, arguments, moved)
+    return Case("fused_gdn_gating", f"{phase} {tokens}", arguments, moved)
 
 
 def decode_attention(batch, draw, context, cache_dtype):
@@ -202,7 +201,7 @@ def mixed_attention(batch, draw, context):
     return Case("mixed_attention", f"{batch} decodes + {MIXED_CHUNK}-token chunk", arguments, moved, flops)
 
 
-def cache_write(tokens, draw, cache_dtype):
+def cache_write(tokens, draw, cache_dtype, phase):
     blocks = -(-tokens // SHAPE.block_size) + 1
     arguments = cache_write_call(draw, tokens=tokens, hkv=SHAPE.hkv, head_dim=SHAPE.head_dim,
                                  block_size=SHAPE.block_size, num_blocks=blocks, dtype=F32, cache_dtype=cache_dtype)
@@ -210,8 +209,8 @@ def cache_write(tokens, draw, cache_dtype):
     moved = _bytes(arguments["key"], arguments["value"], arguments["slot_mapping"], arguments["k_scale"],
                    arguments["v_scale"]) + written
     name = "int8 KV" if cache_dtype == INT8 else "float KV"
-    label = f"decode {tokens}, {name}" if tokens <= 256 else f"prefill {tokens}, {name}"
-    return Case("reshape_and_cache", label, arguments, moved, writes=("key_cache", "value_cache"))
+    return Case("reshape_and_cache", f"{phase} {tokens}, {name}", arguments, moved,
+                writes=("key_cache", "value_cache"))
 
 
 def cases(workload: str, context: int) -> list[Callable[[], Case]]:
@@ -219,14 +218,14 @@ def cases(workload: str, context: int) -> list[Callable[[], Case]]:
     draw = lambda: Draw(seed=7)  # noqa: E731 - the same inputs for every run
     if workload.startswith("decode"):
         b = int(workload[len("decode"):])
-        return [lambda: conv_update(b, draw()), lambda: gdn_decode(b, draw()), lambda: gating(b, draw()),
+        return [lambda: conv_update(b, draw()), lambda: gdn_decode(b, draw()), lambda: gating(b, draw(), "decode"),
                 lambda: decode_attention(b, draw(), context, F32), lambda: decode_attention(b, draw(), context, INT8),
                 lambda: mixed_attention(b, draw(), context),
-                lambda: cache_write(b, draw(), F32), lambda: cache_write(b, draw(), INT8)]
+                lambda: cache_write(b, draw(), F32, "decode"), lambda: cache_write(b, draw(), INT8, "decode")]
     t = int(workload[len("prefill"):])
-    return [lambda: conv_fn(t, draw()), lambda: gdn_chunk(t, draw()), lambda: gating(t, draw()),
-            lambda: prefill_attention(t, draw()), lambda: cache_write(t, draw(), F32),
-            lambda: cache_write(t, draw(), INT8)]
+    return [lambda: conv_fn(t, draw()), lambda: gdn_chunk(t, draw()), lambda: gating(t, draw(), "prefill"),
+            lambda: prefill_attention(t, draw()), lambda: cache_write(t, draw(), F32, "prefill"),
+            lambda: cache_write(t, draw(), INT8, "prefill")]
 
 
 def time_side_by_side(functions: dict, case: Case, repeats: int) -> dict:

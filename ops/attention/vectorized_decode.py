@@ -6,8 +6,10 @@ for its query heads); tested against it (``tests/ops/test_vectorized_attention.p
 and, through the public op, against float64 loops (``tests/ops/test_attention_reference.py``).
 Differences, all for speed:
 
-* No loop over requests: the requests' blocks are gathered in a few tiles of
-  requests, each one ``index_select`` per cache into a reused buffer, laid out
+* No per-request work: the Python loop runs over tiles of requests (about
+  ``TILE_BYTES`` of K and V each: 2 requests of 512 float32 tokens at
+  Qwen3.5-0.8B's shapes), each gathered with one ``index_select`` per cache
+  into a reused buffer, laid out
   [Hkv, n, S, D] (KV head major, so every (KV head, request) pair is one bmm
   batch entry, no copy to reorder it: ``gather_heads``). Blocks past a request's length are read
   from block 0 and masked out of the softmax (-inf), so unequal lengths need no
@@ -19,9 +21,9 @@ Differences, all for speed:
   ``sum_s p_s (v_s * v_scale) = v_scale * sum_s p_s v_s``, so the scales are
   applied to the [G, D] query and output rows; the gathered int8 tokens are
   only converted to float32 for the products.
-* The tiles hold about ``TILE_BYTES`` of gathered float32 K and V, so the
-  gather, the two products and the softmax pass over data in cache, and no
-  fresh large tensor is allocated per call (first-touch page faults).
+* The tiles are small, so the gather, the two products and the softmax pass
+  over data in cache, and no cache-sized tensor is allocated per call (their
+  first-touch page faults); INT8 tiles are converted to float32 per tile.
 
 Float32 sums in a different order from the reference's: the two agree to
 rounding, not bit for bit.
