@@ -21,10 +21,19 @@ pybind11::dict build_info() {
 void qwen_register_ascendc(pybind11::module_& m);
 #endif
 
+// bindings/cpu/gdn_recurrent_decode.cpp and causal_conv1d_update_cpu.cpp: the GDN decode step and the conv
+// update on their state pools (the torch backend's CPU kernels).
+namespace qwen_ops::cpu {
+void register_gdn_recurrent_decode(pybind11::module_& m);
+void register_causal_conv1d_update(pybind11::module_& m);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "qwen_ops C++ extension: Ascend C kernels (device or CPU stand-in)";
   m.def("build_info", &build_info, "How this extension was built.");
 #ifdef QWEN_OPS_ASCENDC
   qwen_register_ascendc(m);
 #endif
+  qwen_ops::cpu::register_gdn_recurrent_decode(m);
+  qwen_ops::cpu::register_causal_conv1d_update(m);
 }

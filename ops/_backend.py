@@ -30,27 +30,27 @@ BACKENDS = ("torch", "triton", "ascendc")
 # op name -> backend -> "module:function", relative to this package.
 IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "reshape_and_cache": {
-        "torch": "cache.reference:reshape_and_cache",
+        "torch": "cache.vectorized_write:reshape_and_cache",  # tested against cache.reference
         "triton": "cache.triton:reshape_and_cache",
         "ascendc": "ascendc_backend:reshape_and_cache",
     },
     "paged_decode_attention": {
-        "torch": "attention.reference:paged_decode_attention",
+        "torch": "attention.vectorized_decode:paged_decode_attention",  # tested against attention.reference
         "triton": "attention.triton_decode:paged_decode_attention",
         "ascendc": "ascendc_backend:paged_decode_attention",
     },
     "prefill_attention": {
-        "torch": "attention.reference:prefill_attention",
+        "torch": "attention.vectorized_prefill:prefill_attention",  # tested against attention.reference
         "triton": "attention.triton_prefill:prefill_attention",
         "ascendc": "ascendc_backend:prefill_attention",
     },
     "mixed_attention": {
-        "torch": "attention.reference:mixed_attention",
+        "torch": "attention.vectorized_mixed:mixed_attention",  # tested against attention.reference
         "triton": "attention.triton_mixed:mixed_attention",
         "ascendc": "ascendc_backend:mixed_attention",
     },
     "chunk_gated_delta_rule": {
-        "torch": "gdn.reference_chunk:chunk_gated_delta_rule",
+        "torch": "gdn.vectorized_chunk:chunk_gated_delta_rule",  # tested against gdn.reference_chunk
         "triton": "gdn.triton_chunk:chunk_gated_delta_rule",
         "ascendc": "ascendc_backend:chunk_gated_delta_rule",
     },
@@ -60,7 +60,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "ascendc": "ascendc_backend:fused_recurrent_gated_delta_rule",
     },
     "causal_conv1d_fn": {
-        "torch": "conv.reference:causal_conv1d_fn",
+        "torch": "conv.vectorized_fn:causal_conv1d_fn",  # tested against conv.reference
         "triton": "conv.triton:causal_conv1d_fn",
         "ascendc": "ascendc_backend:causal_conv1d_fn",
     },

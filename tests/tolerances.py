@@ -60,7 +60,8 @@ INTERPRETER_FP32_TO_BF16 = {
 # CPU, both float32 throughout: the same arithmetic with sums taken in another
 # order (a batched matmul instead of per-sequence einsums; K addcmul passes
 # instead of an unfolded reduction). Measured max |diff| ~1e-7 (GDN, values of
-# order 1, up to 12 tokens) and ~5e-7 (conv, before SiLU). Outputs stored in a
+# order 1, up to 12 tokens), ~5e-7 (conv, before SiLU) and ~8e-7 (attention: the
+# softmax's sums and the products over blocks taken in another order). Outputs stored in a
 # low-precision dtype can round to neighbouring values: one ulp of that dtype.
 VECTORIZED_VS_REFERENCE = {
     torch.float32: (2e-6, 2e-6),

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .cpu_update_kernel import update_step
+
 F32 = torch.float32
 
 
@@ -23,7 +25,8 @@ def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activat
                          num_accepted_tokens=None):
     """x [B, C], one new input per sequence; conv_states [S, K-1, C] shifted in place. Returns [B, C] in x's dtype.
 
-    Pool index -1 is padding: output zeros, nothing written. The speculative-decoding
+    Pool index -1 is padding: output zeros, nothing written. On a float32 pool the C++
+    kernel of ``cpu_update_kernel.py`` runs when the extension has it. The speculative-decoding
     form (``num_accepted_tokens``, x [T, C] packed by ``query_start_loc``) runs the reference.
     """
     if num_accepted_tokens is not None:
@@ -33,6 +36,10 @@ def causal_conv1d_update(*, x, conv_states, weight, bias, cache_indices, activat
                                                 cache_indices=cache_indices, activation=activation,
                                                 query_start_loc=query_start_loc,
                                                 num_accepted_tokens=num_accepted_tokens)
+    stepped = update_step(x=x, conv_states=conv_states, weight=weight, bias=bias, cache_indices=cache_indices,
+                          activation=activation)
+    if stepped is not None:  # the C++ kernel shifted the pool rows in place (cpu_update_kernel.py)
+        return stepped
     valid = (cache_indices >= 0).nonzero().squeeze(-1)
     everyone = valid.numel() == x.shape[0]
     if valid.numel() == 0:

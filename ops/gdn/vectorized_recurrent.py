@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 
+from .cpu_decode_kernel import decode_step
 from .reference_recurrent import l2normalize
 
 F32 = torch.float32
@@ -40,7 +41,7 @@ F32_BYTES = 4
 # Head states are advanced a tile at a time through one reused buffer of this size, small enough to stay in a
 # core's cache between the gather, the products, the update and the write-back, so the state crosses memory
 # once each way (a loop over tiles of 16 head states of 128 x 128, not over sequences).
-TILE_BYTES = 1 << 20
+TILE_BYTES = 4 << 20
 
 
 def _advance(state, q, k, v, g, beta, o):
@@ -72,8 +73,10 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
                                      num_accepted_tokens=None):
     """Gated delta rule token by token in float32, all sequences and heads at once.
 
-    The speculative-decoding form (``num_accepted_tokens`` with 2-D pool indices,
-    one state row per token) is not vectorised here: it runs the reference.
+    A decode step on a pool (one token per sequence) runs the C++ kernel of
+    ``cpu_decode_kernel.py`` when the extension has it. The speculative-decoding
+    form (``num_accepted_tokens`` with 2-D pool indices, one state row per token)
+    is not vectorised here: it runs the reference.
 
     Arguments, shapes and result as ``reference_recurrent.run_per_sequence``:
     q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv]; initial_state
@@ -88,6 +91,12 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, 
                          output_final_state=output_final_state, cu_seqlens=cu_seqlens,
                          ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
                          use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, num_accepted_tokens=num_accepted_tokens)
+    decoded = decode_step(q=q, k=k, v=v, g=g, beta=beta, scale=scale, initial_state=initial_state,
+                          output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                          ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                          use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    if decoded is not None:  # a decode step on a pool: the C++ kernel did it in place (cpu_decode_kernel.py)
+        return decoded
     batch, tokens, num_k_heads, dk = q.shape
     num_v_heads, dv = v.shape[2], v.shape[3]
     group = num_v_heads // num_k_heads

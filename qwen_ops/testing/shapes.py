@@ -42,4 +42,9 @@ class LayerShapes:
 
 SHAPES = {
     "qwen3.5": LayerShapes(hq=16, hkv=4, head_dim=256, block_size=128, hk=16, hv=32, dk=128, dv=128, conv_width=4),
+    # Qwen3.5-0.8B's published config (bench/e2e/bench_vs_transformers.py writes a checkpoint of it): 8 query and
+    # 2 KV heads of 256, GDN 16 key and 16 value heads of 128 (conv 6144 channels), in the engine's default KV
+    # block of 16 tokens. What bench/ops_floor.py times.
+    "qwen3.5-0.8b": LayerShapes(hq=8, hkv=2, head_dim=256, block_size=16, hk=16, hv=16, dk=128, dv=128,
+                                conv_width=4),
 }

@@ -15,10 +15,12 @@ import torch
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 from qwen_ops.ops._backend import resolve
+from qwen_ops.ops.cache import reference as cache_reference
+from qwen_ops.ops.cache import vectorized_write
 from qwen_ops.ops.conv import reference as conv_reference
-from qwen_ops.ops.conv import vectorized_update
-from qwen_ops.ops.gdn import reference_recurrent, vectorized_recurrent
-from qwen_ops.testing import Draw, conv_update_call, gdn_inputs, offsets, pool_indices, state_pool
+from qwen_ops.ops.conv import cpu_update_kernel, vectorized_fn, vectorized_update
+from qwen_ops.ops.gdn import cpu_decode_kernel, reference_chunk, reference_recurrent, vectorized_chunk, vectorized_recurrent
+from qwen_ops.testing import Draw, cache_write_call, conv_fn_call, conv_update_call, gdn_inputs, offsets, pool_indices, state_pool
 
 F32 = torch.float32
 
@@ -61,8 +63,30 @@ def _assert_gdn_match(arguments, dtype=F32):
         assert torch.equal(vec_args[name], arguments[name]), f"{name} was modified"
 
 
+@pytest.fixture(params=["kernel", "torch"])
+def decode_path(request, monkeypatch):
+    """Run the decode step through the C++ kernel, and again with it hidden (the torch form's path)."""
+    if request.param == "kernel":
+        if cpu_decode_kernel._kernel() is None:
+            pytest.skip("qwen_ops._C was built without the CPU kernels (QWEN_OPS_BUILD_EXT=0)")
+    else:
+        monkeypatch.setattr(cpu_decode_kernel, "_kernel", lambda: None)
+    return request.param
+
+
+@pytest.fixture(params=["kernel", "torch"])
+def conv_update_path(request, monkeypatch):
+    """Run the conv update through the C++ kernel, and again with it hidden (the torch form's path)."""
+    if request.param == "kernel":
+        if cpu_update_kernel._kernel() is None:
+            pytest.skip("qwen_ops._C was built without the CPU kernels (QWEN_OPS_BUILD_EXT=0)")
+    else:
+        monkeypatch.setattr(cpu_update_kernel, "_kernel", lambda: None)
+    return request.param
+
+
 @pytest.mark.parametrize("hk,hv", [(2, 4), (2, 2)])
-def test_gdn_decode_step_on_pool_with_padding_and_fresh_rows(gen, hk, hv):
+def test_gdn_decode_step_on_pool_with_padding_and_fresh_rows(gen, hk, hv, decode_path):
     draw = Draw(gen)
     pool = state_pool(draw, 9, hv, 16, 8, scale=0.1)
     indices = pool_indices(draw, 6, 9, padding=[1, 4])
@@ -98,10 +122,52 @@ def test_gdn_bfloat16_inputs(gen):
                       dtype=torch.bfloat16)
 
 
+def test_gdn_decode_kernel_takes_the_pool_decode_step(gen):
+    if cpu_decode_kernel._kernel() is None:
+        pytest.skip("qwen_ops._C was built without the CPU kernels (QWEN_OPS_BUILD_EXT=0)")
+    draw = Draw(gen)
+    arguments = _gdn_arguments(gen, batch=3, tokens=1, hk=1, hv=2, initial_state=state_pool(draw, 4, 2, 16, 8),
+                               ssm_state_indices=pool_indices(draw, 3, 4), output_final_state=False)
+    assert cpu_decode_kernel.decode_step(**_copies(arguments)) is not None
+    arguments["output_final_state"] = True  # outside the kernel's case: the torch form runs
+    assert cpu_decode_kernel.decode_step(**_copies(arguments)) is None
+
+
+def test_gdn_decode_kernel_rejects_a_slot_outside_the_pool(gen):
+    kernel = cpu_decode_kernel._kernel()
+    if kernel is None:
+        pytest.skip("qwen_ops._C was built without the CPU kernels (QWEN_OPS_BUILD_EXT=0)")
+    pool = torch.zeros(2, 2, 4, 4)
+    before = pool.clone()
+    q = torch.zeros(1, 1, 4)
+    args = (q, q.clone(), torch.zeros(1, 2, 4), torch.zeros(1, 2), torch.zeros(1, 2), pool)
+    with pytest.raises(RuntimeError, match="outside the pool"):
+        kernel(*args, torch.tensor([2]), torch.tensor([False]), torch.empty(1, 2, 4))
+    with pytest.raises(RuntimeError, match="float32"):
+        kernel(q.double(), *args[1:], torch.tensor([0]), torch.tensor([False]), torch.empty(1, 2, 4))
+    assert torch.equal(pool, before)
+
+
+@pytest.mark.parametrize("group_chunks", [vectorized_chunk.GROUP_CHUNKS, 1])
+def test_gdn_chunked_form_matches_reference_chunk(gen, monkeypatch, group_chunks):
+    monkeypatch.setattr(vectorized_chunk, "GROUP_CHUNKS", group_chunks)
+    lengths = [130, 0, 5, 200]  # several chunks, a partial last one, an empty sequence
+    draw = Draw(gen)
+    arguments = _gdn_arguments(gen, batch=1, tokens=sum(lengths), hk=2, hv=4, cu_seqlens=offsets(lengths),
+                               initial_state=state_pool(draw, 6, 4, 16, 8, scale=0.1),
+                               ssm_state_indices=pool_indices(draw, 4, 6, padding=[2]),
+                               has_initial_state=torch.tensor([True, True, True, False]))
+    ((o_ref, final_ref), ref_args), ((o_vec, final_vec), vec_args) = _both(
+        reference_chunk.chunk_gated_delta_rule, vectorized_chunk.chunk_gated_delta_rule, arguments)
+    torch.testing.assert_close(o_vec, o_ref, **tol(VECTORIZED_VS_REFERENCE, F32))
+    torch.testing.assert_close(final_vec, final_ref, **tol(VECTORIZED_VS_REFERENCE, F32))
+    torch.testing.assert_close(vec_args["initial_state"], ref_args["initial_state"], **tol(VECTORIZED_VS_REFERENCE, F32))
+
+
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("activation", ["silu", None])
 @pytest.mark.parametrize("dtype", [F32, torch.bfloat16])
-def test_conv_update_matches_reference(gen, with_bias, activation, dtype):
+def test_conv_update_matches_reference(gen, with_bias, activation, dtype, conv_update_path):
     draw = Draw(gen)
     arguments = conv_update_call(draw, 24, 4, dtype, pool_rows=8, bias=with_bias,
                                  cache_indices=pool_indices(draw, 5, 8, padding=[2]))
@@ -114,7 +180,30 @@ def test_conv_update_matches_reference(gen, with_bias, activation, dtype):
     assert torch.equal(vec_args["x"], arguments["x"]) and torch.equal(vec_args["weight"], arguments["weight"])
 
 
-def test_conv_update_all_padding_writes_nothing(gen):
+def test_conv_update_float32_pool_for_low_precision_x(gen, conv_update_path):
+    draw = Draw(gen)  # the engine's case: bf16 activations, float32 states (the kernel's path)
+    arguments = conv_update_call(draw, 24, 4, torch.bfloat16, pool_rows=6, pool_dtype=F32,
+                                 cache_indices=pool_indices(draw, 4, 6, padding=[0]))
+    arguments["activation"] = "silu"
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_update,
+                                                     vectorized_update.causal_conv1d_update, arguments)
+    torch.testing.assert_close(out_vec, out_ref, **tol(VECTORIZED_VS_REFERENCE, torch.bfloat16))
+    assert torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+
+
+def test_conv_update_kernel_rejects_a_slot_outside_the_pool():
+    kernel = cpu_update_kernel._kernel()
+    if kernel is None:
+        pytest.skip("qwen_ops._C was built without the CPU kernels (QWEN_OPS_BUILD_EXT=0)")
+    states = torch.zeros(2, 3, 8)
+    with pytest.raises(RuntimeError, match="outside the pool"):
+        kernel(torch.zeros(1, 8), states, torch.zeros(4, 8), None, torch.tensor([5]), torch.empty(1, 8))
+    with pytest.raises(RuntimeError, match="taps must be"):
+        kernel(torch.zeros(1, 8), states, torch.zeros(4, 7), None, torch.tensor([0]), torch.empty(1, 8))
+    assert torch.equal(states, torch.zeros(2, 3, 8))
+
+
+def test_conv_update_all_padding_writes_nothing(gen, conv_update_path):
     draw = Draw(gen)
     arguments = conv_update_call(draw, 8, 4, F32, pool_rows=3, cache_indices=[-1, -1])
     arguments["activation"] = "silu"
@@ -123,8 +212,63 @@ def test_conv_update_all_padding_writes_nothing(gen):
     assert torch.equal(out, torch.zeros_like(out)) and torch.equal(arguments["conv_states"], before)
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("activation", ["silu", None])
+@pytest.mark.parametrize("dtype", [F32, torch.bfloat16])
+def test_conv_fn_matches_reference(gen, monkeypatch, with_bias, activation, dtype):
+    # Sequences of 0, 1 and 2 tokens (shorter than K-1 = 3: part of the old state is kept), padding, a fresh
+    # start, and tiles smaller than the packed tokens so that a sequence boundary falls inside a tile.
+    monkeypatch.setattr(vectorized_fn, "TILE_ROWS", 16)
+    arguments = conv_fn_call(Draw(gen), [5, 0, 1, 2, 70, 9], 24, 4, dtype, pool_rows=8, bias=with_bias,
+                             cache_indices=[3, 1, -1, 0, 5, 7], has_initial_state=[True, True, True, False, True, True])
+    arguments["activation"] = activation
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_fn,
+                                                     vectorized_fn.causal_conv1d_fn, arguments)
+    torch.testing.assert_close(out_vec, out_ref, **tol(VECTORIZED_VS_REFERENCE, dtype))
+    # New states are stored inputs, moved, not computed: bit-identical (and row 2, used by nobody, untouched).
+    assert torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+    assert torch.equal(vec_args["x"], arguments["x"]) and torch.equal(vec_args["weight"], arguments["weight"])
+
+
+def test_conv_fn_no_tokens_carries_or_clears_states(gen):
+    arguments = conv_fn_call(Draw(gen), [0, 0], 8, 4, F32, pool_rows=3, cache_indices=[2, 0],
+                             has_initial_state=[True, False])
+    arguments["activation"] = "silu"
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_fn,
+                                                     vectorized_fn.causal_conv1d_fn, arguments)
+    assert out_vec.shape == (0, 8) and torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+
+
+@pytest.mark.parametrize("cache_dtype", [F32, torch.bfloat16, torch.int8])
+@pytest.mark.parametrize("padding", [None, slice(1, None, 3)])
+def test_cache_write_is_bit_identical_to_reference(gen, monkeypatch, cache_dtype, padding):
+    monkeypatch.setattr(vectorized_write, "TILE_TOKENS", 4)  # several quantization tiles, a partial last one
+    dtype = torch.bfloat16 if cache_dtype == torch.bfloat16 else F32
+    arguments = cache_write_call(Draw(gen), tokens=11, hkv=2, head_dim=16, block_size=4, num_blocks=6, dtype=dtype,
+                                 cache_dtype=cache_dtype, padding=padding, key_scale=3.0)
+    if cache_dtype == torch.int8:  # the defined non-finite cases: NaN -> 0, +inf -> 127, -inf -> -128
+        arguments["key"][0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    (_, ref_args), (_, vec_args) = _both(cache_reference.reshape_and_cache, vectorized_write.reshape_and_cache,
+                                         arguments)
+    for name in ("key_cache", "value_cache"):  # written slots alike, every other slot left as it was
+        assert torch.equal(vec_args[name], ref_args[name])
+    assert not torch.equal(vec_args["key_cache"], arguments["key_cache"])  # something was written
+    assert torch.equal(torch.nan_to_num(vec_args["key"]), torch.nan_to_num(arguments["key"]))  # input intact
+
+
+def test_cache_write_all_padding_writes_nothing(gen):
+    arguments = cache_write_call(Draw(gen), tokens=3, hkv=1, head_dim=8, block_size=4, num_blocks=2, dtype=F32,
+                                 cache_dtype=torch.int8, padding=slice(None))
+    before = arguments["key_cache"].clone()
+    vectorized_write.reshape_and_cache(**arguments)
+    assert torch.equal(arguments["key_cache"], before)
+
+
 def test_torch_backend_runs_the_vectorised_forms_on_cpu():
     cpu = torch.device("cpu")
     assert resolve("fused_recurrent_gated_delta_rule", "torch", cpu) is \
         vectorized_recurrent.fused_recurrent_gated_delta_rule
     assert resolve("causal_conv1d_update", "torch", cpu) is vectorized_update.causal_conv1d_update
+    assert resolve("causal_conv1d_fn", "torch", cpu) is vectorized_fn.causal_conv1d_fn
+    assert resolve("reshape_and_cache", "torch", cpu) is vectorized_write.reshape_and_cache
+    assert resolve("chunk_gated_delta_rule", "torch", cpu) is vectorized_chunk.chunk_gated_delta_rule

@@ -1,0 +1,109 @@
+// One decode step of the gated delta rule on a float32 state pool, in place: the CPU kernel behind
+// ops/gdn/vectorized_recurrent.py's decode path (qwen_ops._C.gdn_recurrent_decode_cpu).
+//
+// The torch form gathers each (sequence, head) state from the pool, advances it and scatters it back,
+// so every pool row crosses memory about twice each way; here each [Dk, Dv] state is read and written
+// where it lies, once each way (the op's floor): one pass for both products S^T k and S^T q, one pass
+// for the decay and the rank-1 write, the second pass hitting the core's cache (64 KiB per state).
+// The (sequence, value head) pairs are split over ATen's intra-op threads (at::parallel_for).
+//
+// Math (the vectorised form's, see its docstring): with d = exp(g), corr = beta * (v - d * S^T k),
+//   o = d * (S^T q) + (k . q) * corr,   S <- d * S + k corr^T.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "bindings/cpu/pool_slots.h"
+#include <vector>
+
+namespace qwen_ops::cpu {
+namespace {
+
+void gdn_recurrent_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                          const at::Tensor& beta, at::Tensor& pool, const at::Tensor& slots, const at::Tensor& fresh,
+                          at::Tensor& out) {
+  const char* op = "gdn_recurrent_decode_cpu";
+  const at::Tensor* dense[] = {&q, &k, &v, &g, &beta, &pool, &out};
+  for (const at::Tensor* t : dense) {
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(), op,
+                ": q, k, v, g, beta, pool and out must be contiguous float32 CPU tensors");
+  }
+  TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes(), op, ": q and k must be [B, Hk, Dk] alike, got ", q.sizes(),
+              " and ", k.sizes());
+  const int64_t batch = q.size(0), hk = q.size(1), dk = q.size(2);
+  TORCH_CHECK(v.dim() == 3 && v.size(0) == batch, op, ": v must be [B, Hv, Dv] with B = ", batch, ", got ", v.sizes());
+  const int64_t hv = v.size(1), dv = v.size(2);
+  TORCH_CHECK(hk > 0 && hv % hk == 0, op, ": Hv (", hv, ") must be a multiple of Hk (", hk, ")");
+  TORCH_CHECK(g.sizes() == at::IntArrayRef({batch, hv}) && beta.sizes() == g.sizes(), op,
+              ": g and beta must be [B, Hv] = [", batch, ", ", hv, "]");
+  TORCH_CHECK(pool.dim() == 4 && pool.size(1) == hv && pool.size(2) == dk && pool.size(3) == dv, op,
+              ": pool must be [S, Hv, Dk, Dv] = [S, ", hv, ", ", dk, ", ", dv, "], got ", pool.sizes());
+  TORCH_CHECK(out.sizes() == v.sizes(), op, ": out must be [B, Hv, Dv] like v");
+  TORCH_CHECK(fresh.device().is_cpu() && fresh.scalar_type() == at::kBool && fresh.dim() == 1 &&
+                  fresh.size(0) == batch && fresh.is_contiguous(),
+              op, ": fresh must be a contiguous bool [B] CPU tensor");
+  const int64_t rows = pool.size(0);
+  const int64_t* slot = checked_pool_slots(op, slots, batch, rows);
+  const bool* starts_fresh = fresh.data_ptr<bool>();
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  const float *gp = g.data_ptr<float>(), *bp = beta.data_ptr<float>();
+  float* states = pool.data_ptr<float>();
+  float* op_out = out.data_ptr<float>();
+  const int64_t group = hv / hk;
+
+  // Grain: a few pairs per task so a task's work (tens of microseconds) dwarfs its scheduling.
+  at::parallel_for(0, batch * hv, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> products(2 * dv), correction(dv);
+    float* k_state = products.data();
+    float* q_state = products.data() + dv;
+    for (int64_t pair = begin; pair < end; ++pair) {
+      const int64_t b = pair / hv, h = pair % hv;
+      float* o = op_out + pair * dv;
+      if (slot[b] < 0) {  // padding: zero output, nothing read or written
+        std::fill(o, o + dv, 0.0f);
+        continue;
+      }
+      float* s = states + (slot[b] * hv + h) * dk * dv;
+      const float* kv = kp + (b * hk + h / group) * dk;
+      const float* qv = qp + (b * hk + h / group) * dk;
+      const float* vv = vp + pair * dv;
+      if (starts_fresh[b]) std::fill(s, s + dk * dv, 0.0f);
+      std::fill(products.begin(), products.end(), 0.0f);
+      float kq = 0.0f;
+      for (int64_t i = 0; i < dk; ++i) {  // both products in one pass over the state
+        const float ki = kv[i], qi = qv[i];
+        const float* row = s + i * dv;
+        for (int64_t j = 0; j < dv; ++j) {
+          k_state[j] += ki * row[j];
+          q_state[j] += qi * row[j];
+        }
+        kq += ki * qi;
+      }
+      const float decay = std::exp(gp[pair]), strength = bp[pair];
+      for (int64_t j = 0; j < dv; ++j) {
+        correction[j] = strength * (vv[j] - decay * k_state[j]);
+        o[j] = decay * q_state[j] + kq * correction[j];
+      }
+      for (int64_t i = 0; i < dk; ++i) {  // decay and rank-1 write, in place (the state is in cache now)
+        const float ki = kv[i];
+        float* row = s + i * dv;
+        for (int64_t j = 0; j < dv; ++j) row[j] = decay * row[j] + ki * correction[j];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void register_gdn_recurrent_decode(pybind11::module_& m) {
+  m.def("gdn_recurrent_decode_cpu", &gdn_recurrent_decode, pybind11::arg("q"), pybind11::arg("k"),
+        pybind11::arg("v"), pybind11::arg("g"), pybind11::arg("beta"), pybind11::arg("pool"),
+        pybind11::arg("slots"), pybind11::arg("fresh"), pybind11::arg("out"),
+        "One gated-delta-rule decode step on a float32 state pool, in place (CPU). q, k float32 [B, Hk, Dk] "
+        "(normalised and scaled); v [B, Hv, Dv]; g, beta [B, Hv]; pool [S, Hv, Dk, Dv]; slots int64 [B] "
+        "(-1 = padding: zero output); fresh bool [B] (start from zeros); writes out [B, Hv, Dv].");
+}
+
+}  // namespace qwen_ops::cpu
