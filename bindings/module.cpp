@@ -16,6 +16,11 @@ pybind11::dict build_info() {
 
 }  // namespace
 
+// bindings/cpu/small_m_linear.cpp: the CPU decode-path projection kernel (qwen_ops::small_m_linear).
+namespace qwen_ops::cpu {
+void register_small_m_linear(pybind11::module_& m);
+}
+
 #ifdef QWEN_OPS_ASCENDC
 // bindings/ascendc/binding.cpp: the Ascend C kernels (stand-in or CANN).
 void qwen_register_ascendc(pybind11::module_& m);
@@ -31,6 +36,7 @@ void register_causal_conv1d_update(pybind11::module_& m);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "qwen_ops C++ extension: Ascend C kernels (device or CPU stand-in)";
   m.def("build_info", &build_info, "How this extension was built.");
+  qwen_ops::cpu::register_small_m_linear(m);
 #ifdef QWEN_OPS_ASCENDC
   qwen_register_ascendc(m);
 #endif

@@ -4,13 +4,12 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from .. import ops
 from .backends import backend_chooser
 from .config import Qwen35Config
 from .step_inputs import StepInputs
-from .layers import apply_rope, rms_norm_zero_centred
+from .layers import apply_rope, linear, rms_norm_zero_centred
 
 # Called with (layer index, key [T, Hkv, D], value [T, Hkv, D]) on the step's new K/V (INT8 calibration).
 KVObserver = Callable[[int, torch.Tensor, torch.Tensor], None]
@@ -41,10 +40,10 @@ class FullAttention:
                 kv_observer: KVObserver | None = None) -> torch.Tensor:
         """x: [T, hidden]; cos, sin: [T, rotary_dim] float32 -> [T, hidden]."""
         t, d = x.shape[0], self.head_dim
-        q_and_gate = F.linear(x, self.q_w, self.q_b).view(t, self.num_heads, 2 * d)
+        q_and_gate = linear(x, self.q_w, self.q_b).view(t, self.num_heads, 2 * d)
         query, gate = q_and_gate[..., :d], q_and_gate[..., d:]
-        key = F.linear(x, self.k_w, self.k_b).view(t, self.num_kv_heads, d)
-        value = F.linear(x, self.v_w, self.v_b).view(t, self.num_kv_heads, d)
+        key = linear(x, self.k_w, self.k_b).view(t, self.num_kv_heads, d)
+        value = linear(x, self.v_w, self.v_b).view(t, self.num_kv_heads, d)
         query = apply_rope(rms_norm_zero_centred(query, self.q_norm, self.eps), cos, sin).contiguous()
         key = apply_rope(rms_norm_zero_centred(key, self.k_norm, self.eps), cos, sin).contiguous()
         value = value.contiguous()
@@ -62,4 +61,4 @@ class FullAttention:
                                   k_scale=k_scale, v_scale=v_scale,
                                   backend=self.backend("mixed_attention"), prefill_units=batch.prefill_units)
         out = out.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
-        return F.linear(out, self.o_w, self.o_b)
+        return linear(out, self.o_w, self.o_b)

@@ -13,14 +13,13 @@ without them (scratch runs, tests) use ``batch.state_indices``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .. import ops
 from .backends import backend_chooser
 from .config import Qwen35Config
 from .kv_cache import gdn_layer_groups
 from .step_inputs import StepInputs
-from .layers import gated_rms_norm
+from .layers import gated_rms_norm, linear
 
 
 class GatedDeltaNet:
@@ -46,10 +45,10 @@ class GatedDeltaNet:
         """x: [T, hidden] -> [T, hidden]."""
         t = x.shape[0]
         conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
-        mixed = F.linear(x, self.qkv_w)
-        z = F.linear(x, self.z_w)
-        g, beta = ops.fused_gdn_gating(self.A_log, F.linear(x, self.a_w).contiguous(),
-                                       F.linear(x, self.b_w).contiguous(), self.dt_bias,
+        mixed = linear(x, self.qkv_w)
+        z = linear(x, self.z_w)
+        g, beta = ops.fused_gdn_gating(self.A_log, linear(x, self.a_w).contiguous(),
+                                       linear(x, self.b_w).contiguous(), self.dt_bias,
                                        backend=self.backend("fused_gdn_gating"))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
@@ -113,4 +112,4 @@ class GatedDeltaNet:
             outs.append(o[0])
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
         o = gated_rms_norm(o, z.view(t, self.nv, self.dv), self.norm_w, self.eps)
-        return F.linear(o.reshape(t, self.value_dim), self.out_w)
+        return linear(o.reshape(t, self.value_dim), self.out_w)

@@ -1,11 +1,47 @@
-"""The small building blocks of Qwen3.5: zero-centred RMSNorm, gated RMSNorm, RoPE, SwiGLU.
+"""The small building blocks of Qwen3.5: the projections (``linear``), zero-centred RMSNorm, gated RMSNorm,
+RoPE, SwiGLU.
 
 Shapes are token-major: x is [T, ...] for a flat batch of T tokens.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
+
+from ..ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
+
+# QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
+SMALL_M_LINEAR_ENV = "QWEN_OPS_SMALL_M_LINEAR"
+_small_m_linear_on = small_m_linear_available() and os.environ.get(SMALL_M_LINEAR_ENV, "1") != "0"
+
+
+def set_small_m_linear(enabled: bool) -> bool:
+    """Turn the CPU small-M projection kernel on or off for ``linear``; returns the previous setting.
+
+    It can only be on where ``qwen_ops._C`` has it (``small_m_linear_available()``).
+    """
+    global _small_m_linear_on
+    previous = _small_m_linear_on
+    _small_m_linear_on = bool(enabled) and small_m_linear_available()
+    return previous
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; x: [T, K], weight: [N, K], bias: [N] or None -> [T, N].
+
+    On the CPU in float32 with at most ``SMALL_M_MAX_ROWS`` rows (decode steps) and contiguous
+    operands it runs ``torch.ops.qwen_ops.small_m_linear``, which streams the weight at the
+    machine's bandwidth where MKL's small-M sgemm does not; the result equals F.linear's up to the
+    order of the float32 sums over K. Everything else (prefill, other dtypes and devices) is F.linear.
+    """
+    if (_small_m_linear_on and x.device.type == "cpu" and x.dim() == 2 and x.shape[0] <= SMALL_M_MAX_ROWS
+            and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.is_contiguous()
+            and weight.is_contiguous()
+            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
+        return torch.ops.qwen_ops.small_m_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def rms_norm_zero_centred(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -59,4 +95,4 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 def swiglu_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
     """``down(silu(gate(x)) * up(x))``; x: [T, H] -> [T, H]."""
-    return F.linear(F.silu(F.linear(x, gate_w)) * F.linear(x, up_w), down_w)
+    return linear(F.silu(linear(x, gate_w)) * linear(x, up_w), down_w)

@@ -14,7 +14,7 @@ from .attention import FullAttention, KVObserver
 from .config import Qwen35Config
 from .step_inputs import StepInputs
 from .gdn import GatedDeltaNet
-from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
+from .layers import linear, rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
 from .moe import RoutingObserver, SparseMoeBlock
 from .weights import load_weights
 
@@ -92,4 +92,4 @@ class Qwen35ForCausalLM:
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[S, hidden] -> float32 logits [S, vocab]."""
-        return F.linear(hidden, self.lm_head).float()
+        return linear(hidden, self.lm_head).float()

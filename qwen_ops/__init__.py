@@ -4,7 +4,12 @@
 * ``qwen_ops.scheduling``: the vLLM-V1-style token-budget scheduler
 * ``qwen_ops.model``: the Qwen3.5 model, the ``LLM`` engine and ``qwen-generate``
 """
-from . import ops  # noqa: F401
+# Before anything imports torch: libgomp reads OMP_WAIT_POLICY once, when torch loads it (openmp_policy.py).
+from .openmp_policy import apply_default_wait_policy, wait_policy  # noqa: F401
+
+apply_default_wait_policy()
+
+from . import ops  # noqa: F401,E402
 
 __version__ = "0.1.0"
 

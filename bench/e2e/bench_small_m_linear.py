@@ -1,45 +1,108 @@
-"""torch's linear at small batch (M rows) on the lm_head shape: F.linear against other spellings.
+"""The decode-path projections of the Qwen3.5-0.8B shape: F.linear against qwen_ops' small-M CPU kernel.
 
-    python bench/e2e/bench_small_m_linear.py
+    python bench/e2e/bench_small_m_linear.py [--rows 1,8] [--repeats 5] [--shapes all|lm_head]
 
-The weight is Qwen3.5's tied lm_head, [248320, 1024] float32 (1 GB). Prints the median time
-of each variant, the weight bytes over that time, and how far its result is from F.linear's
-(bitwise equality matters: the engine's parity tests compare with transformers).
+For each weight shape of the model's projections ([N, K] float32, random) and each number of rows M,
+the variants run interleaved over enough copies of the weight (``--stream-bytes`` in all, more than
+the last-level cache) that every call reads its weight from memory, as a decode step does (it reads
+3 GB of weights in turn); one weight called again and again would be timed from the cache. The variants run (A B C A B C ..., so a shared machine's load hits them alike): F.linear
+(MKL), ``(W @ x.T).T`` and ``torch.ops.qwen_ops.small_m_linear`` with each instruction set this CPU
+runs. Prints the median time, the weight bytes over that time (GB/s), the ratio to F.linear, and the
+largest difference from F.linear's result. The last lines weight the shapes by how often a decode
+step runs them (18 GDN + 6 attention layers, 24 MLPs, one lm_head) into a per-step projection time,
+beside the weights' bytes over ``torch.sum``'s read bandwidth measured in the same run.
 """
+from __future__ import annotations
+
+import argparse
 import os
 import statistics
 import time
 
 import torch
 
+from qwen_ops.testing.bandwidth import read_bandwidth
+
 F = torch.nn.functional
 
+# name: (N, K, times per decode step) for the 0.8B shape (bench_vs_transformers.QWEN3_5_0P8B).
+SHAPES = {
+    "gdn in_proj_qkv": (6144, 1024, 18), "gdn in_proj_z": (2048, 1024, 18), "gdn in_proj_a/b": (16, 1024, 36),
+    "gdn out_proj": (1024, 2048, 18), "attn q_proj": (4096, 1024, 6), "attn k/v_proj": (512, 1024, 12),
+    "attn o_proj": (1024, 2048, 6), "mlp gate/up": (3584, 1024, 48), "mlp down": (1024, 3584, 24),
+    "lm_head": (248320, 1024, 1),
+}
 
-def median_time(fn, repeats=5):
-    fn()
-    times = []
+
+def variants(isas):
+    from qwen_ops import _C
+
+    out = {"F.linear": F.linear, "(W @ x.T).T": lambda x, w: (w @ x.T).T}
+    for isa in isas:
+        out[f"small_m_linear[{isa}]"] = lambda x, w, isa=isa: _C.small_m_linear_isa(x, w, None, isa)
+    return out
+
+
+def interleaved_medians(fns, x, weights, repeats):
+    """Median time of each ``fn(x, w)``; each call takes the next weight copy (round robin, uncached)."""
+    calls = 0
+    for fn in fns.values():
+        fn(x, weights[calls % len(weights)])  # warm-up
+        calls += 1
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            w = weights[calls % len(weights)]
+            calls += 1
+            t0 = time.perf_counter()
+            fn(x, w)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
-def main():
-    weight = torch.randn(248320, 1024) * 0.02
-    x = torch.randn(8, 1024)
-    ref = F.linear(x, weight)
-    variants = [("F.linear M=1", lambda: F.linear(x[:1], weight), ref[:1]),
-                ("torch.mv M=1", lambda: torch.mv(weight, x[0])[None], ref[:1]),
-                ("F.linear M=8", lambda: F.linear(x, weight), ref),
-                ("(W @ x.T).T M=8", lambda: (weight @ x.T).T, ref),
-                ("row-chunked 32768 M=8", lambda: torch.cat([F.linear(x, w) for w in weight.split(32768)], 1), ref)]
-    print(f"threads={torch.get_num_threads()} load average {os.getloadavg()[0]:.1f}")
-    for name, fn, expected in variants:
-        seconds = median_time(fn)
-        out = fn()
-        print(f"{name:24s} {seconds * 1e3:8.1f} ms {weight.numel() * 4 / seconds / 1e9:6.1f} GB/s "
-              f"max|diff| vs F.linear {(out - expected).abs().max().item():.2e} bitwise equal {torch.equal(out, expected)}")
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default="1,8", help="numbers of rows M, comma separated")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--shapes", default="all", choices=("all", "lm_head"))
+    p.add_argument("--isas", default=None, help="instruction sets to time (default: the best this CPU runs)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--stream-bytes", type=int, default=256 << 20, help="bytes of weight copies cycled per shape")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from qwen_ops import _C
+
+    isas = args.isas.split(",") if args.isas else [_C.cpu_best_isa()]
+    shapes = SHAPES if args.shapes == "all" else {"lm_head": SHAPES["lm_head"]}
+    bandwidth = read_bandwidth(statistic=min)
+    print(f"threads={torch.get_num_threads()} isas={_C.cpu_isas()} read bandwidth (torch.sum, best pass) "
+          f"{bandwidth / 1e9:.1f} GB/s; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print("| shape [N, K] | M | variant | median ms | GB/s | vs F.linear | max abs diff vs F.linear |")
+    print("|---|---|---|---|---|---|---|")
+    gen = torch.Generator().manual_seed(0)
+    per_step = {}
+    for m in (int(r) for r in args.rows.split(",")):
+        for name, (n, k, count) in shapes.items():
+            w = torch.randn(n, k, generator=gen) / k ** 0.5
+            weights = [w] + [w.clone() for _ in range(max(0, -(-args.stream_bytes // (n * k * 4)) - 1))]
+            x = torch.randn(m, k, generator=gen)
+            fns = variants(isas)
+            medians = interleaved_medians(fns, x, weights, args.repeats)
+            ref = F.linear(x, w)
+            for v, seconds in medians.items():
+                diff = (fns[v](x, w) - ref).abs().max().item()
+                print(f"| {name} [{n}, {k}] | {m} | {v} | {seconds * 1e3:.3f} | {w.numel() * 4 / seconds / 1e9:.1f} | "
+                      f"{medians['F.linear'] / seconds:.2f}x | {diff:.1e} |", flush=True)
+                per_step[(m, v)] = per_step.get((m, v), 0.0) + count * seconds
+            del w, weights
+    weight_bytes = sum(n * k * 4 * c for n, k, c in shapes.values())
+    print(f"\nper decode step ({'the lm_head only' if args.shapes == 'lm_head' else 'every projection'}, "
+          f"{weight_bytes / 1e9:.2f} GB of weights; floor {weight_bytes / bandwidth * 1e3:.1f} ms at "
+          f"{bandwidth / 1e9:.1f} GB/s):")
+    for (m, v), seconds in per_step.items():
+        print(f"  M={m} {v}: {seconds * 1e3:.1f} ms ({seconds * bandwidth / weight_bytes:.2f}x the floor)")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

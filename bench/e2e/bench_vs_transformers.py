@@ -7,7 +7,10 @@
 
 Workloads (greedy, random token-id prompts, no EOS stop):
   a  32 requests, prompt lengths drawn from 16..1024, 64 new tokens each;
-  b  batch 1, a 512-token prompt, 128 new tokens;
+  b  batch 1, a 512-token prompt, 128 new tokens, ``--repeats`` times after a warm-up, the engines
+     alternating (A B A B ...: on a shared machine only such paired runs compare), medians printed;
+     ``--ab-small-m-linear`` adds the engine with its CPU small-M projection kernel off
+     (``model.layers.set_small_m_linear(False)``: F.linear) as a third engine in the same rotation;
   c  a sweep over decoding batch sizes (1, 4, 16, 64, 256), 16-token prompts, writes a PNG of
      decode throughput against batch size for both engines.
 transformers serves a and b one prompt at a time, and batched with left padding; the batched run
@@ -200,6 +203,54 @@ def compare_serving(name, llm, hf, prompts, new_tokens, batched_hf=True):
     return same, steps
 
 
+def single_request(llm, hf, prompts, new_tokens, repeats, ab_small_m_linear, bandwidth):
+    """Workload b: each engine ``repeats`` times after one warm-up, alternating; print medians, then the floor.
+
+    -> whether every engine run gave transformers' greedy tokens.
+    """
+    from qwen_ops.model.layers import set_small_m_linear
+
+    def engine(small_m):
+        def run():
+            previous = set_small_m_linear(small_m)
+            try:
+                return engine_run(llm, prompts, new_tokens)
+            finally:
+                set_small_m_linear(previous)
+        return run
+
+    engines = {"transformers, one at a time": lambda: hf_one_at_a_time(hf, prompts, new_tokens),
+               "qwen_ops LLM": engine(True)}
+    if ab_small_m_linear:
+        engines["qwen_ops LLM, F.linear"] = engine(False)
+    for run in engines.values():
+        run()  # warm-up: first-call allocations, page faults on the weights
+    runs = {name: [] for name in engines}
+    for _ in range(repeats):
+        for name, run in engines.items():
+            runs[name].append(run())
+    med = statistics.median
+    ref_tokens = runs["transformers, one at a time"][0][0]
+    base, all_same = None, True
+    for name, results in runs.items():
+        tokens = results[0][0]
+        consistent = all(r[0] == tokens for r in results)
+        same = "ref" if base is None else ("yes" if tokens == ref_tokens and consistent else "no")
+        all_same &= same != "no"
+        tps = row("b", name, prompts, tokens, med(r[1] for r in results), [med(r[2][0] for r in results)],
+                  [med(r[3][0] for r in results)], base, same)
+        base = base or tps
+    for name, results in runs.items():
+        if name.startswith("qwen_ops"):
+            step = med(med(r[4]) for r in results)
+            floor_line(f"b ({name})" if ab_small_m_linear else "b", llm, 1, len(prompts[0]) + new_tokens // 2, step,
+                       bandwidth)
+    if repeats > 1:
+        print(f"(workload b: medians of {repeats} alternating runs per engine after a warm-up; "
+              f"load average {os.getloadavg()[0]:.1f} at the end)")
+    return all_same
+
+
 def floor_line(name, llm, batch, context_len, step_s, bandwidth):
     parts = decode_step_bytes(llm, batch, context_len)
     floor = sum(parts.values()) / bandwidth
@@ -260,6 +311,9 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=None, help="override the new tokens of workloads b and c")
     p.add_argument("--plot", default="bench/e2e/throughput_vs_batch.png")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for both engines")
+    p.add_argument("--repeats", type=int, default=1, help="workload b: runs per engine after a warm-up, alternating")
+    p.add_argument("--ab-small-m-linear", action="store_true",
+                   help="workload b: also run the engine with its CPU small-M projection kernel off (F.linear)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds (CI); exits 1 if tokens differ")
     args = p.parse_args(argv)
     if args.make_0p8b:
@@ -296,12 +350,9 @@ def main(argv=None) -> int:
         lengths = torch.randint(a["min_prompt"], a["max_prompt"] + 1, (a["num_requests"],), generator=gen).tolist()
         same, _ = compare_serving("a", llm, hf, random_prompts(gen, vocab, lengths), a["new_tokens"])
         all_same &= same
-    b_steps = None
     if "b" in args.workloads:
-        same, b_steps = compare_serving("b", llm, hf, random_prompts(gen, vocab, [b["prompt_len"]]), b["new_tokens"])
-        all_same &= same
-    if b_steps:
-        floor_line("b", llm, 1, b["prompt_len"] + b["new_tokens"] // 2, statistics.median(b_steps), bandwidth)
+        all_same &= single_request(llm, hf, random_prompts(gen, vocab, [b["prompt_len"]]), b["new_tokens"],
+                                   args.repeats, args.ab_small_m_linear, bandwidth)
     if "c" in args.workloads:
         all_same &= sweep(llm, hf, vocab, c, bandwidth, gen, None if args.smoke else args.plot)
     print(f"same greedy tokens, qwen_ops vs transformers one at a time: {'yes' if all_same else 'NO'}")

@@ -1,0 +1,112 @@
+// qwen_ops::small_m_linear: out = x @ weight^T (+ bias) on the CPU for few rows of x (the decode-path
+// projections), registered as a torch operator (CPU kernel here, fake in ops/linear/op.py) and, with a
+// chosen instruction set, as qwen_ops._C.small_m_linear_isa for the tests and the benchmark.
+//
+// Why: at decode the projections are matrix-vector products that must stream every weight once from
+// memory; MKL's sgemm/sgemv at M = 1..8 on this project's CPUs read far below the machine's bandwidth.
+// Threads: the columns are split with at::parallel_for, i.e. torch's own intra-op pool (OpenMP in the
+// project's torch builds), so torch.set_num_threads / OMP_NUM_THREADS govern it and no second OpenMP
+// runtime or pool is created.
+#include <ATen/Parallel.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "bindings/cpu/cpu_features.h"
+#include "bindings/cpu/small_m_linear_kernels.h"
+
+namespace qwen_ops::cpu {
+
+namespace {
+
+constexpr const char* kOp = "small_m_linear";
+// Each thread's share must read at least this many weight bytes, or the fork/join of the pool costs
+// more than the work (the GDN gate projections read only 64 KB).
+constexpr int64_t kMinBytesPerThread = 256 * 1024;
+
+void check_args(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.device().is_cpu(), kOp, ": argument 'x' must be a CPU tensor, got one on ", x.device());
+  TORCH_CHECK(weight.device().is_cpu(), kOp, ": argument 'weight' must be a CPU tensor, got one on ",
+              weight.device());
+  TORCH_CHECK(x.dim() == 2, kOp, ": argument 'x' must be 2-D [M, K], got shape ", x.sizes());
+  TORCH_CHECK(weight.dim() == 2, kOp, ": argument 'weight' must be 2-D [N, K], got shape ", weight.sizes());
+  TORCH_CHECK(weight.size(1) == x.size(1), kOp, ": argument 'weight' must be [N, K] with K = ", x.size(1),
+              " (x's last dim), got shape ", weight.sizes());
+  TORCH_CHECK(x.scalar_type() == at::kFloat, kOp, ": argument 'x' must be float32, got ", x.scalar_type());
+  TORCH_CHECK(weight.scalar_type() == at::kFloat, kOp, ": argument 'weight' must be float32, got ",
+              weight.scalar_type());
+  TORCH_CHECK(x.is_contiguous(), kOp, ": argument 'x' must be contiguous (row-major [M, K])");
+  TORCH_CHECK(weight.is_contiguous(), kOp, ": argument 'weight' must be contiguous (row-major [N, K])");
+  if (bias.has_value()) {
+    const at::Tensor& b = *bias;
+    TORCH_CHECK(b.device().is_cpu(), kOp, ": argument 'bias' must be a CPU tensor, got one on ", b.device());
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == weight.size(0), kOp, ": argument 'bias' must be [N] = [",
+                weight.size(0), "], got shape ", b.sizes());
+    TORCH_CHECK(b.scalar_type() == at::kFloat, kOp, ": argument 'bias' must be float32, got ", b.scalar_type());
+    TORCH_CHECK(b.is_contiguous(), kOp, ": argument 'bias' must be contiguous");
+  }
+}
+
+SmallMLinearF32 kernel_for(Isa isa) {
+  switch (isa) {
+#if defined(QWEN_OPS_X86_KERNELS)
+    case Isa::kAvx512:
+      return small_m_linear_f32_avx512;
+    case Isa::kAvx2:
+      return small_m_linear_f32_avx2;
+#endif
+    default:
+      return small_m_linear_f32_portable;
+  }
+}
+
+at::Tensor run(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias, Isa isa) {
+  check_args(x, weight, bias);
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0 || n == 0) return out;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  const SmallMLinearF32 kernel = kernel_for(isa);
+  const int64_t row_bytes = std::max<int64_t>(k, 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / row_bytes);
+  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { kernel(xp, wp, bp, op, m, n, k, begin, end); });
+  return out;
+}
+
+at::Tensor small_m_linear(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  return run(x, weight, bias, best_isa());
+}
+
+at::Tensor small_m_linear_isa(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                              const std::string& isa) {
+  return run(x, weight, bias, isa_from_name("small_m_linear_isa", isa));
+}
+
+}  // namespace
+
+void register_small_m_linear(pybind11::module_& m) {
+  m.def("small_m_linear_isa", &small_m_linear_isa, pybind11::arg("x"), pybind11::arg("weight"),
+        pybind11::arg("bias") = pybind11::none(), pybind11::arg("isa"),
+        "small_m_linear with a chosen instruction set ('portable', 'avx2', 'avx512'): tests and benchmarks.");
+  m.def("cpu_isas", []() {
+    std::vector<std::string> names;
+    for (Isa isa : supported_isas()) names.emplace_back(isa_name(isa));
+    return names;
+  }, "The CPU kernels' instruction sets this CPU runs, narrowest first.");
+  m.def("cpu_best_isa", []() { return std::string(isa_name(best_isa())); },
+        "The instruction set torch.ops.qwen_ops.small_m_linear uses on this CPU.");
+}
+
+}  // namespace qwen_ops::cpu
+
+TORCH_LIBRARY_FRAGMENT(qwen_ops, m) {
+  m.def("small_m_linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(qwen_ops, CPU, m) {
+  m.impl("small_m_linear", &qwen_ops::cpu::small_m_linear);
+}

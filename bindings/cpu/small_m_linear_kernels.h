@@ -1,0 +1,34 @@
+// The small-M linear kernels of qwen_ops._C (bindings/cpu/): out = x @ w^T (+ bias) for few rows of x.
+//
+// Plain C++ on raw pointers, so each instruction-set variant is its own translation unit compiled with
+// its own -m flags (CMakeLists.txt) and none of them includes torch: the dispatcher
+// (small_m_linear.cpp) checks the tensors, splits the output columns over torch's threads and calls
+// the variant the CPU supports (cpu_features.h).
+#pragma once
+
+#include <cstdint>
+
+namespace qwen_ops::cpu {
+
+// Row-major float32 operands:
+//   x    [M, K]   (contiguous rows, M small: the decode-path projections have M = batch <= ~16)
+//   w    [N, K]   (the nn.Linear weight layout)
+//   bias [N] or nullptr
+//   out  [M, N]
+// Each kernel writes out[m, n] for n in [n_begin, n_end) and every m, reading those rows of w once
+// from memory (x stays in cache), so the columns can be split across threads with no write overlap.
+// Sums over K are float32, taken in SIMD-lane order (not torch's order): results differ from
+// F.linear by rounding only.
+using SmallMLinearF32 = void (*)(const float* x, const float* w, const float* bias, float* out, int64_t M,
+                                 int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+
+void small_m_linear_f32_portable(const float* x, const float* w, const float* bias, float* out, int64_t M,
+                                 int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+#if defined(QWEN_OPS_X86_KERNELS)
+void small_m_linear_f32_avx2(const float* x, const float* w, const float* bias, float* out, int64_t M,
+                             int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+void small_m_linear_f32_avx512(const float* x, const float* w, const float* bias, float* out, int64_t M,
+                               int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+#endif
+
+}  // namespace qwen_ops::cpu

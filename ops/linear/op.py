@@ -1,0 +1,69 @@
+"""``small_m_linear``: ``x @ weight^T (+ bias)`` on the CPU for few rows of x, as ``torch.ops.qwen_ops.small_m_linear``.
+
+At decode every projection is a product of a few rows (the batch) with a large weight that must be
+streamed from memory once; torch's ``F.linear`` (MKL sgemm/sgemv) reads well below the machine's
+bandwidth at such shapes. The kernel (``bindings/cpu/small_m_linear*.cpp`` in ``qwen_ops._C``, OpenMP
+through torch's intra-op pool, AVX-512 / AVX2 / portable chosen at run time) reads each weight row
+once for all rows of x. The operator is defined in C++ (CPU kernel); this module registers its fake
+(shape-only, for ``torch.compile``) and states the contract. Without ``qwen_ops._C`` (a pure-Python
+install) ``small_m_linear_available()`` is False and callers use ``F.linear``.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import _validate as check
+
+OP = "small_m_linear"
+# Rows of x up to which the model's projections take this kernel on the CPU (decode batches); larger
+# products (prefill) stay with F.linear, whose blocked sgemm reuses the weight across rows.
+SMALL_M_MAX_ROWS = 16
+
+try:
+    from qwen_ops import _C  # noqa: F401  (defines torch.ops.qwen_ops.small_m_linear)
+
+    _AVAILABLE = hasattr(torch.ops.qwen_ops, OP)
+except ImportError:  # pure-Python install (QWEN_OPS_BUILD_EXT=0)
+    _AVAILABLE = False
+
+
+def small_m_linear_available() -> bool:
+    """True when ``qwen_ops._C`` was built with the CPU kernel."""
+    return _AVAILABLE
+
+
+def _check(x, weight, bias):
+    """The checks of the C++ kernel, for the fake (same conditions, same names)."""
+    check.tensor(OP, "x", x, dtypes=(torch.float32,), ndim=2, layout="[M, K]")
+    k = x.shape[1]
+    check.tensor(OP, "weight", weight, dtypes=(torch.float32,), shape=(None, k), layout=f"[N, K] with K = {k}")
+    check.optional(OP, "bias", bias, dtypes=(torch.float32,), shape=(weight.shape[0],),
+                   layout=f"[N] = [{weight.shape[0]}]")
+    check.same_device(OP, x=x, weight=weight, bias=bias)
+
+
+if _AVAILABLE:
+    @torch.library.register_fake(f"qwen_ops::{OP}")
+    def _small_m_linear_fake(x, weight, bias=None):
+        _check(x, weight, bias)
+        return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+def small_m_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` for a small number of rows M of x, on the CPU.
+
+    Args:
+        x: [M, K] float32, contiguous, CPU. Any M works; the kernel pays off for M <= ~16
+            (``SMALL_M_MAX_ROWS``), where the weight's bytes, not the arithmetic, set the time.
+        weight: [N, K] float32, contiguous, CPU (the ``nn.Linear`` layout).
+        bias: [N] float32, contiguous, or None.
+    Returns:
+        [M, N] float32, a new tensor. Equal to ``F.linear(x, weight, bias)`` up to float32 rounding:
+        the sums over K are taken in SIMD-lane order, not MKL's (tests/tolerances.py SMALL_M_LINEAR).
+    Raises:
+        RuntimeError naming the argument on a wrong device, rank, shape, dtype or a non-contiguous
+        operand (the C++ checks); RuntimeError when ``qwen_ops._C`` lacks the kernel.
+    """
+    if not _AVAILABLE:
+        raise RuntimeError(f"{OP}: qwen_ops._C is not built (or lacks the CPU kernel); use F.linear")
+    return torch.ops.qwen_ops.small_m_linear(x, weight, bias)
