@@ -50,13 +50,15 @@ def main():
     parser.add_argument("--reps", type=int, default=10, help="measured calls")
     parser.add_argument("--time", action="store_true", help="print the wall-clock median per call")
     parser.add_argument("--package-dir", help="measure this copy of the scheduling package instead")
+    parser.add_argument("--gdn-groups", type=int, default=0, help="GDN groups of a hybrid model (0: attention only)")
+    parser.add_argument("--no-prefix-caching", action="store_true", help="prefix caching off (hybrid: none mode)")
     args = parser.parse_args()
     if args.package_dir:
         load_package(args.package_dir)
     sys.path.insert(0, str(HERE))
     from harness import OursDriver, decode_workload
 
-    workload = decode_workload(args.size)
+    workload = decode_workload(args.size, gdn_groups=args.gdn_groups, prefix_caching=not args.no_prefix_caching)
     driver = OursDriver(workload.config)
     for spec in workload.requests:
         driver.add(spec, arrival_time=int(spec.request_id[1:]) * 1e-6)
