@@ -12,7 +12,7 @@ callgrind can collect just that (setup, imports and prefills are not counted):
 
 --what step: schedule() + update_from_output() of a decode step (the workload of
 bench_scheduler.py: 512-token prompts, block size 128, prefix caching; every request
-decodes one token). --what metadata / metadata-reference: build_step_metadata of
+decodes one token; --gdn-groups G for a hybrid model, --no-prefix-caching for none mode). --what metadata / metadata-reference: build_step_metadata of
 such a decode step, or the per-row implementation it replaced (kept as the test
 oracle in tests/scheduling/step_metadata_reference.py). --package-dir loads another
 copy of the scheduling package (e.g. `git archive HEAD scheduling | tar -x -C /tmp/before`)
