@@ -10,8 +10,10 @@ lm_head, sampling, update_from_output, output building) is timed with perf_count
 its median over --steps decode steps printed with its share of the median step. The host phases
 are everything but the forward, the lm_head and sampling.
 
+--sampler-rows S,...: sample() alone on random greedy logits [S, vocab], before/after, interleaved.
+
 --ab-rounds R: workload (a) of bench_vs_transformers.py (32 requests, prompts of 16..1024 tokens,
-64 new tokens, greedy) served R times by each variant, alternating: "before" samples greedy rows
+64 new tokens, greedy) served R times by each variant, alternating (ABBA): "before" samples greedy rows
 with torch.argmax (the sampler before greedy_argmax), "after" with greedy_argmax. Prints each
 round's output tok/s and the median of the paired ratios; both variants must give the same tokens.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import json
 import os
 import statistics
 import sys
@@ -105,6 +108,35 @@ def phase_table(model, batch: int, context: int, steps: int) -> None:
           f" | {100 * (statistics.median(per_phase['schedule']) + statistics.median(per_phase['update_from_output'])) / step:.2f} % |")
 
 
+def sampler_rows_ab(rows_list: list[int], vocab: int, reps: int) -> None:
+    """sample() of greedy rows on random float32 logits [rows, vocab], torch.argmax against greedy_argmax,
+    interleaved call by call; the median of each and of the paired ratios."""
+    import qwen_ops.model.sampling as sampling
+    from qwen_ops import SamplingParams
+
+    after = sampling.greedy_argmax
+    print(f"\nsample() of greedy rows, logits [rows, {vocab}] float32, median of {reps} interleaved calls")
+    print("| rows | before (torch.argmax) ms | after (greedy_argmax) ms | median paired before/after |")
+    print("|---|---|---|---|")
+    for rows in rows_list:
+        logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows))
+        params = [SamplingParams(temperature=0, detokenize=False)] * rows
+        generators = [torch.Generator().manual_seed(i) for i in range(rows)]
+        times = {"before": [], "after": []}
+        for _ in range(reps):
+            for name, argmax in (("before", lambda x: x.argmax(dim=-1)), ("after", after)):
+                sampling.greedy_argmax = argmax
+                start = time.perf_counter()
+                tokens, _ = sampling.sample(logits, params, generators)
+                times[name].append(time.perf_counter() - start)
+                sampling.greedy_argmax = after
+                if tokens != logits.argmax(dim=-1).tolist():
+                    raise SystemExit(f"{name}: other tokens than torch.argmax")
+        ratio = statistics.median(b / a for b, a in zip(times["before"], times["after"]))
+        print(f"| {rows} | {statistics.median(times['before']) * 1e3:.2f} | {statistics.median(times['after']) * 1e3:.2f} "
+              f"| {ratio:.2f}x |", flush=True)
+
+
 def sampler_ab(model, rounds: int) -> None:
     import qwen_ops.model.sampling as sampling
     from bench_vs_transformers import WORKLOAD_A, engine_run, random_prompts
@@ -121,7 +153,8 @@ def sampler_ab(model, rounds: int) -> None:
     print("|---|---|---|---|---|")
     tps, tokens = collections.defaultdict(list), {}  # every run's tokens must equal the first run's
     for r in range(rounds):
-        for name, argmax in variants.items():
+        # ABBA order: a load that drifts during the run favours neither variant.
+        for name, argmax in list(variants.items())[:: 1 if r % 2 == 0 else -1]:
             sampling.greedy_argmax = argmax
             try:
                 out, wall, _, _, steps = engine_run(llm, prompts, a["new_tokens"])
@@ -147,6 +180,8 @@ def main(argv=None) -> int:
     p.add_argument("--context-tokens", type=int, default=64, help="prompt tokens of each request in the phase table")
     p.add_argument("--steps", type=int, default=15, help="timed decode steps per phase table")
     p.add_argument("--ab-rounds", type=int, default=0, help="rounds of the workload (a) sampler A/B (0: none)")
+    p.add_argument("--sampler-rows", default="", help="sample() alone, before/after, at these row counts ('' none)")
+    p.add_argument("--sampler-reps", type=int, default=21, help="interleaved calls per --sampler-rows entry")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -157,6 +192,10 @@ def main(argv=None) -> int:
     print(f"model={model} threads={torch.get_num_threads()} load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     for batch in [int(x) for x in args.phases.split(",") if x]:
         phase_table(model, batch, args.context_tokens, args.steps)
+    if args.sampler_rows:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            vocab = json.load(f)["vocab_size"]
+        sampler_rows_ab([int(x) for x in args.sampler_rows.split(",")], vocab, args.sampler_reps)
     if args.ab_rounds:
         sampler_ab(model, args.ab_rounds)
     load = os.getloadavg()
