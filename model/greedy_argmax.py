@@ -2,7 +2,7 @@
 
 On the CPU ``argmax`` over the last dim of [S, V] float32 logits runs about ten times slower than
 ``amax`` (it does not vectorise its index bookkeeping; measured at [32, 248320] in bench/RESULTS.md,
-section "Engine host overhead"), and it runs for every sampling row of every step. This returns
+section "Scheduler speed and the engine's host overhead"), and it runs for every sampling row of every step. This returns
 exactly what ``argmax`` does (the first index of the row maximum) from the maxima of blocks of
 ``BLOCK`` tokens: the first block holding the row maximum, then ``argmax`` inside that block only.
 """
