@@ -1,9 +1,8 @@
 """Greedy token choice over a large vocabulary: ``torch.argmax`` in two cheap passes.
 
-On the CPU ``argmax`` over the last dim of [S, V] float32 logits runs about ten times slower than
-``amax`` (it does not vectorise its index bookkeeping; measured at [32, 248320] in bench/RESULTS.md,
-section "Scheduler speed and the engine's host overhead"), and it runs for every sampling row of every step. This returns
-exactly what ``argmax`` does (the first index of the row maximum) from the maxima of blocks of
+On the CPU ``argmax`` over the last dim of [S, V] float32 logits ran about ten times slower than
+``amax`` at [32, 248320] (bench/RESULTS.md, section "Scheduler speed and the engine's host
+overhead"), and it runs for every sampling row of every step. This returns exactly what ``argmax`` does (the first index of the row maximum) from the maxima of blocks of
 ``BLOCK`` tokens: the first block holding the row maximum, then ``argmax`` inside that block only.
 """
 from __future__ import annotations
