@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .greedy_argmax import greedy_argmax
+
 
 @dataclass
 class SamplingParams:
@@ -124,7 +126,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     Returns the tokens and, per row, ``{token: logprob}`` (None where not asked).
     """
     s, vocab = logits.shape
-    tokens = logits.argmax(dim=-1)
+    tokens = greedy_argmax(logits)  # = logits.argmax(dim=-1), several times faster over a large vocabulary
     random_rows = [i for i, p in enumerate(params) if not p.greedy]
     if random_rows:
         idx = torch.tensor(random_rows, device=logits.device)

@@ -215,6 +215,9 @@ class HybridKVCacheManager:
         self.gdn_groups = [_GdnGroup(g, self.pool, gdn_block_size, enable_caching, num_speculative_tokens)
                            for g in range(num_gdn_groups)]
         self.attention_group = num_gdn_groups  # its group id: after the GDN groups
+        # Read for every running request every step: bound once.
+        self._group_tables = [group.tables for group in self.gdn_groups]
+        self._group_num_cached = [group.num_cached for group in self.gdn_groups]
 
     @property
     def num_free_blocks(self) -> int:
@@ -230,7 +233,9 @@ class HybridKVCacheManager:
 
     def block_ids_per_group(self, request: Request) -> tuple[list[int], ...]:
         """The request's block tables in vLLM's group order: GDN groups, then attention."""
-        return (*(group.tables.get(request.request_id, []) for group in self.gdn_groups), request.block_ids)
+        request_id = request.request_id
+        return (*[tables[request_id] if request_id in tables else [] for tables in self._group_tables],
+                request.block_ids)
 
     # ----------------------------------------------------------------- hits
 
@@ -294,7 +299,8 @@ class HybridKVCacheManager:
             end = request.num_computed_tokens + num_new_tokens
             if end + num_lookahead_tokens <= len(request.block_ids) * self.block_size and \
                     self._gdn_groups_need_nothing(request, end):
-                self.cache_blocks(request, min(end, request.num_tokens))
+                if self.enable_caching and not self._nothing_to_cache(request, min(end, len(request.all_token_ids))):
+                    self.cache_blocks(request, min(end, len(request.all_token_ids)))
                 return []
         hit = hit or PrefixHit()
         num_computed = min(request.num_computed_tokens + hit.num_tokens, self.max_model_len)
@@ -349,6 +355,18 @@ class HybridKVCacheManager:
             return False
         state = group.last_state_index.get(request_id)
         return state is None or state >= _cdiv(processed, size) - 1 or table[state] == NULL_BLOCK
+
+    def _nothing_to_cache(self, request: Request, num_tokens: int) -> bool:
+        """Whether cache_blocks(request, num_tokens) would return without registering anything (the
+        usual decode step, no block completed): the same test as its groups' early returns, in one place."""
+        num_full = min(num_tokens // self.block_size, len(request.block_hashes))
+        if num_full > request.num_cached_blocks:
+            return False
+        request_id = request.request_id
+        for num_cached in self._group_num_cached:
+            if num_cached.get(request_id, 0) < num_full:
+                return False
+        return True
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the full blocks of every group among the first num_tokens tokens (block-aligned)."""

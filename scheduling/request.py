@@ -81,6 +81,8 @@ class Request:
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self.all_token_ids = list(self.prompt_token_ids)
         self.max_tokens = max_tokens
+        # Prompt plus output tokens at which it stops for length (the scheduler also caps it at max_model_len).
+        self.length_limit = self.num_prompt_tokens + max_tokens
         self.arrival_time = time.time() if arrival_time is None else float(arrival_time)
         self.priority = priority
         self.eos_token_id = None if ignore_eos else eos_token_id

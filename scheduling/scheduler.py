@@ -152,6 +152,9 @@ class Scheduler:
             )
         if request.status is not RequestStatus.WAITING or request.num_computed_tokens:
             raise ValueError(f"request {request.request_id!r} was already scheduled once")
+        # The length at which it stops (max_tokens or max_model_len, whichever comes first):
+        # one comparison per sampled token in update_from_output instead of two.
+        request.length_limit = min(request.num_prompt_tokens + request.max_tokens, cfg.max_model_len)
         self.kv_cache.update_block_hashes(request)
         self.requests[request.request_id] = request
         self.waiting.add(request)
@@ -251,7 +254,8 @@ class Scheduler:
             if num_new > max_model_len - computed - 1:
                 # The step's last position must leave room for the token it samples.
                 num_new = max_model_len - computed - 1
-            if align and num_new > 0:
+            if align and num_new > 0 and computed < max(request.num_prompt_tokens, len(request.all_token_ids) - 1):
+                # (A decode, the usual case, is past the prefill: the split would return num_new.)
                 num_new = self._gdn_block_aligned_split(request, num_new)
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
@@ -423,6 +427,7 @@ class Scheduler:
         token_ids, block_ids, state_slots, sampling = {}, {}, {}, []
         hybrid = self.config.is_hybrid
         group_block_ids = {}
+        per_group = self.kv_cache.block_ids_per_group if hybrid else None
         for request in batch:
             request_id = request.request_id
             num_new = num_scheduled[request_id]
@@ -437,7 +442,7 @@ class Scheduler:
                 token_ids[request_id] = tokens[start : start + num_new]
             block_ids[request_id] = request.block_ids
             if hybrid:
-                group_block_ids[request_id] = self.kv_cache.block_ids_per_group(request)
+                group_block_ids[request_id] = per_group(request)
                 state_slots[request_id] = request.state_slot
             if start + num_known >= len(tokens):
                 sampling.append(request_id)
@@ -503,13 +508,28 @@ class Scheduler:
         running_status = RequestStatus.RUNNING
         spec = scheduler_output.scheduled_spec_decode_tokens
         recache_drafts = self.config.num_speculative_tokens and self.kv_cache.enable_caching
+        # The usual step: no drafts, one token per request that neither stops it nor
+        # completes a block. It is applied inline (the general path below gives the same
+        # result, through _append_and_check_stop); anything else takes the general path.
+        fast = not spec and not recache_drafts
+        kv_cache = self.kv_cache
+        hashing, block_size = kv_cache.enable_caching, kv_cache.block_size
+        sampled_get, requests_get, append = sampled_token_ids.get, requests.get, outputs.append
         for request_id in scheduled:  # batch order: it decides the order blocks are freed in
-            new_tokens = sampled_token_ids.get(request_id)
+            new_tokens = sampled_get(request_id)
             if not new_tokens:
                 continue
-            request = requests.get(request_id)
+            request = requests_get(request_id)
             if request is None or request.status is not running_status:
                 continue  # aborted while the step ran
+            if fast and len(new_tokens) == 1:
+                token, tokens = new_tokens[0], request.all_token_ids
+                if token != request.eos_token_id and token not in request.stop_token_ids \
+                        and len(tokens) + 1 < request.length_limit \
+                        and not (hashing and len(tokens) + 1 >= (len(request.block_hashes) + 1) * block_size):
+                    tokens.append(token)
+                    append(EngineCoreOutput(request_id, [token]))
+                    continue
             drafts = spec.get(request_id) if spec else None
             num_drafts = len(drafts) if drafts else 0
             if len(new_tokens) > 1 + num_drafts:

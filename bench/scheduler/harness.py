@@ -21,6 +21,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def load_package_copy(directory: str, name: str = "baseline_scheduling"):
+    """Import another copy of the scheduling package (e.g. the code before a change, from
+    `git archive BASE scheduling | tar -x -C /tmp/before`) under its own module name, so that
+    it runs beside the current one in the same process."""
+    spec = importlib.util.spec_from_file_location(
+        name, Path(directory) / "__init__.py", submodule_search_locations=[str(directory)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_ours():
     """Import qwen_ops.scheduling, from the installed package or else from this checkout."""
     try:
@@ -166,12 +179,15 @@ def random_hybrid_workload(rng: random.Random) -> Workload:
     return workload
 
 
-def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 100_000,
-                    gdn_groups: int = 0) -> Workload:
+def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 600,
+                    gdn_groups: int = 0, prefix_caching: bool = True) -> Workload:
     """num_requests requests that all reach decode and stay there (benchmark); gdn_groups > 0: a
-    hybrid model (prefix caching on: align mode, two GDN pages per group per request)."""
+    hybrid model (prefix caching on: align mode, two GDN pages per group per request; off: "none"
+    mode, one page per group)."""
     block_size = 128
-    per_request = -(-(prompt_len + 200) // block_size) + 1 + 2 * gdn_groups
+    # Room for every request's longest sequence: the scheduler refuses a request that could
+    # outgrow the whole cache (timed runs stay below max_tokens decode steps).
+    per_request = -(-(prompt_len + max_tokens) // block_size) + 1 + 2 * gdn_groups
     config = dict(
         max_num_batched_tokens=max(16384, num_requests),
         max_num_seqs=num_requests,
@@ -179,7 +195,7 @@ def decode_workload(num_requests: int, prompt_len: int = 512, max_tokens: int = 
         num_blocks=1 + num_requests * per_request,
         max_model_len=prompt_len + max_tokens + 1,
         enable_chunked_prefill=True,
-        enable_prefix_caching=True,
+        enable_prefix_caching=prefix_caching,
         policy="fcfs",
         long_prefill_token_threshold=0,
         reserve_full_prompt=True,
@@ -203,8 +219,8 @@ class OursDriver:
 
     name = "qwen_ops"
 
-    def __init__(self, config: dict):
-        self.mod = load_ours()
+    def __init__(self, config: dict, module=None):
+        self.mod = module if module is not None else load_ours()  # module: another copy (load_package_copy)
         self.config = config
         self.scheduler = self.mod.Scheduler(self.mod.SchedulerConfig(**config))
         self.hybrid = config.get("num_gdn_groups", 0) > 0

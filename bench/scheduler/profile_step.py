@@ -12,11 +12,12 @@ callgrind can collect just that (setup, imports and prefills are not counted):
 
 --what step: schedule() + update_from_output() of a decode step (the workload of
 bench_scheduler.py: 512-token prompts, block size 128, prefix caching; every request
-decodes one token). --what metadata / metadata-reference: build_step_metadata of
+decodes one token; --gdn-groups G for a hybrid model, --no-prefix-caching for none mode). --what metadata / metadata-reference: build_step_metadata of
 such a decode step, or the per-row implementation it replaced (kept as the test
 oracle in tests/scheduling/step_metadata_reference.py). --package-dir loads another
 copy of the scheduling package (e.g. `git archive HEAD scheduling | tar -x -C /tmp/before`)
-to measure the code before a change.
+to measure the code before a change. --vllm counts vLLM 0.33's scheduler on the same step
+(`VLLM_TARGET_DEVICE=cpu valgrind ... /work/vllm-venv/bin/python bench/scheduler/profile_step.py ... --vllm`).
 """
 
 import argparse
@@ -50,13 +51,22 @@ def main():
     parser.add_argument("--reps", type=int, default=10, help="measured calls")
     parser.add_argument("--time", action="store_true", help="print the wall-clock median per call")
     parser.add_argument("--package-dir", help="measure this copy of the scheduling package instead")
+    parser.add_argument("--gdn-groups", type=int, default=0, help="GDN groups of a hybrid model (0: attention only)")
+    parser.add_argument("--no-prefix-caching", action="store_true", help="prefix caching off (hybrid: none mode)")
+    parser.add_argument("--vllm", action="store_true",
+                        help="--what step of vLLM 0.33's scheduler instead (run with the vLLM venv's python); "
+                             "its ModelRunnerOutput is built outside the measured calls")
     args = parser.parse_args()
     if args.package_dir:
         load_package(args.package_dir)
     sys.path.insert(0, str(HERE))
-    from harness import OursDriver, decode_workload
+    from harness import OursDriver, VllmDriver, decode_workload, model_token
 
-    workload = decode_workload(args.size)
+    workload = decode_workload(args.size, gdn_groups=args.gdn_groups, prefix_caching=not args.no_prefix_caching)
+    if args.vllm:
+        if args.what != "step":
+            parser.error("--vllm measures --what step only")
+        return measure_vllm(VllmDriver(workload.config), workload, args.reps, model_token)
     driver = OursDriver(workload.config)
     for spec in workload.requests:
         driver.add(spec, arrival_time=int(spec.request_id[1:]) * 1e-6)
@@ -97,6 +107,28 @@ def main():
             pass
     if args.time:
         print(f"{args.what} size={args.size}: median {statistics.median(times) * 1e6:.0f} us over {args.reps} calls")
+
+
+def measure_vllm(driver, workload, reps: int, model_token) -> None:
+    """vLLM's schedule() and update_from_output() of a decode step, each inside its own starmap."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    for spec in workload.requests:
+        driver.add(spec, arrival_time=int(spec.request_id[1:]) * 1e-6)
+    scheduler = driver.scheduler
+    while any(r.num_output_tokens == 0 for r in scheduler.requests.values()):  # prefills
+        out, _, sampling = driver.schedule()
+        driver.update(out, {r: [model_token(r, 0)] for r in sampling})
+    for _ in range(reps):
+        gc.collect()
+        for out in itertools.starmap(scheduler.schedule, [()]):
+            pass
+        ids = list(out.num_scheduled_tokens)
+        sampled = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                    sampled_token_ids=[[7]] * len(ids), logprobs=None,
+                                    prompt_logprobs_dict={}, pooler_output=[])
+        for _ in itertools.starmap(scheduler.update_from_output, [(out, sampled)]):
+            pass
 
 
 if __name__ == "__main__":
