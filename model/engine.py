@@ -353,21 +353,7 @@ class LLMEngine:
                              f"to generate (a prompt may have at most {self.max_model_len - 1} tokens)")
         if any(t >= self.config.vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids must be < vocab_size={self.config.vocab_size}")
-        if self.speculative_config is not None:
-            self._check_speculative_request(ids, params)
         return text, ids, params
-
-    @staticmethod
-    def _check_speculative_request(ids: list[int], params: SamplingParams) -> None:
-        """What MTP speculative decoding serves so far (see the class docstring)."""
-        if params.temperature != 0:
-            raise ValueError(f"speculative decoding supports greedy requests only so far (temperature=0), got "
-                             f"temperature={params.temperature}")
-        if params.logprobs is not None:
-            raise ValueError("speculative decoding does not return logprobs yet (SamplingParams.logprobs)")
-        if len(ids) < 2:
-            raise ValueError("speculative decoding needs prompts of at least 2 tokens so far (a 1-token prompt "
-                             "would run with placeholder drafts)")
 
     def add_request(self, prompt: str | list[int], sampling_params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -428,7 +414,11 @@ class LLMEngine:
         if result.new_token_ids:
             tracked.token_ids.extend(result.new_token_ids)
             if tracked.logprobs is not None:
-                tracked.logprobs.append(logprobs[result.request_id])
+                step_logprobs = logprobs[result.request_id]
+                if isinstance(step_logprobs, list):  # speculation: one per sampled token; keep the kept tokens'
+                    tracked.logprobs.extend(step_logprobs[:len(result.new_token_ids)])
+                else:
+                    tracked.logprobs.append(step_logprobs)
             if tracked.first_token_time is None:
                 tracked.first_token_time = now
         if result.finished:

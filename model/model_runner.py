@@ -21,7 +21,7 @@ from .config import Qwen35Config
 from .input_batch import InputBatch
 from .kv_cache import MemoryPlan, ModelCaches, allocate_caches
 from .qwen3_5 import Qwen35ForCausalLM
-from .sampling import SamplingParams, sample
+from .sampling import SamplingParams, logprob_entry, sample
 from .step_inputs import StepInputs
 
 WARM_UP_ID = "warm-up"
@@ -32,8 +32,9 @@ class ModelRunnerOutput:
     """What one step produced (vLLM's name).
 
     req_ids: the step's requests in row order (decodes first, then prefill chunks).
-    sampled_token_ids: the sampled tokens of each request that sampled.
-    logprobs: their ``{token: logprob}``, None where not asked.
+    sampled_token_ids: the sampled tokens of each request that sampled (with speculation: its accepted
+        drafts and one token of the target's).
+    logprobs: their ``{token: logprob}``, None where not asked; with speculation a list, one per sampled token.
     """
 
     req_ids: list[str] = field(default_factory=list)
@@ -137,6 +138,10 @@ class ModelRunner:
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run one scheduled step: update the persistent batch, lay out, check, forward, sample."""
         out = scheduler_output
+        if self.spec is not None:
+            from .spec_decode import strip_placeholder_drafts
+
+            out = strip_placeholder_drafts(out)
         self.input_batch.update(out, self.sampling.__getitem__)
         for request_id in out.finished_req_ids:
             self.sampling.pop(request_id, None)
@@ -168,11 +173,17 @@ class ModelRunner:
         emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
                                              prepared.generators)
         spec = out.scheduled_spec_decode_tokens
-        for request_id, tokens, a in zip(prepared.sampling_req_ids, emitted, accepted):
-            result.sampled_token_ids[request_id], result.logprobs[request_id] = tokens, None
-            rejected = len(spec.get(request_id, ())) - a
-            if rejected:
-                self.input_batch.roll_back(request_id, rejected)
+        first_row = 0  # each sampling request's rows of ``logits``: its drafts' rows, then its last row
+        for request_id, params, tokens, a in zip(prepared.sampling_req_ids, prepared.params, emitted, accepted):
+            num_drafts = len(spec.get(request_id, ()))
+            result.sampled_token_ids[request_id] = tokens
+            # One entry per emitted token, from the row that decided it (the engine keeps those the scheduler keeps).
+            result.logprobs[request_id] = None if params.logprobs is None else [
+                logprob_entry(row, token, params.logprobs)
+                for row, token in zip(logits[first_row:first_row + len(tokens)].log_softmax(-1), tokens)]
+            first_row += num_drafts + 1
+            if num_drafts - a:
+                self.input_batch.roll_back(request_id, num_drafts - a)
         if self._drafting:
             def step_inputs(meta):
                 meta.validate(num_blocks=self.caches.num_blocks, block_size=self.caches.block_size,

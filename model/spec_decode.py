@@ -115,6 +115,32 @@ class SpeculativeDecoder:
         return drafts
 
 
+def strip_placeholder_drafts(out: SchedulerOutput) -> SchedulerOutput:
+    """``out`` without the placeholder drafts (-1) the scheduler pads requests with, as a copy (``out`` itself
+    when it has none); the scheduler keeps ``out`` and rolls the padded rows back as rejected drafts.
+
+    vLLM's scheduler pads a request that has one token left to schedule (a 1-token prompt joining running
+    requests, or a prefix-cache hit of all but one token) to 1 + k rows, so that every decode row has the same
+    shape for its CUDA graphs. Run as they are, those rows would be wrong here: a request at cursor 0 is a
+    prefill chunk, whose GDN/conv state would be the state after the placeholder tokens. Without graphs the
+    padding buys nothing, so the model runner runs such a request as its one real token: the same logits row
+    for that token, the same emitted token (placeholders are always rejected), the right state.
+    """
+    spec = out.scheduled_spec_decode_tokens
+    padded = [r for r, drafts in spec.items() if drafts and drafts[0] < 0] if spec else []
+    if not padded:
+        return out
+    num_scheduled, token_ids = dict(out.num_scheduled_tokens), dict(out.token_ids)
+    for request_id in padded:
+        num_placeholders = len(spec[request_id])
+        num_scheduled[request_id] -= num_placeholders
+        token_ids[request_id] = token_ids[request_id][:-num_placeholders]
+    return dataclasses.replace(
+        out, num_scheduled_tokens=num_scheduled, token_ids=token_ids,
+        total_num_scheduled_tokens=out.total_num_scheduled_tokens - sum(len(spec[r]) for r in padded),
+        scheduled_spec_decode_tokens={r: d for r, d in spec.items() if r not in padded})
+
+
 def _decode_output(req_ids: list[str], positions: list[int], tokens: list[int],
                    out: SchedulerOutput) -> SchedulerOutput:
     """A decode-only SchedulerOutput (one token per request at ``positions``) for one further draft step, on the

@@ -134,14 +134,7 @@ def test_checkpoint_without_mtp_weights(text_checkpoint):
         LLM(text_checkpoint, speculative_config=mtp(1), **ENGINE)
 
 
-def test_unsupported_requests_are_refused(text_mtp_checkpoint):
-    llm = LLM(text_mtp_checkpoint, speculative_config=mtp(1), **ENGINE)
-    for params, prompt, match in ((SamplingParams(max_tokens=2, temperature=1.0), [1, 2], "greedy requests only"),
-                                  (SamplingParams(max_tokens=2, temperature=0, logprobs=1), [1, 2], "logprobs"),
-                                  (GREEDY, [5], "at least 2 tokens")):
-        with pytest.raises(ValueError, match=match):
-            llm.generate([prompt], params)
-    assert not llm.has_unfinished_requests()
+def test_int8_kv_cache_is_refused(text_mtp_checkpoint):
     with pytest.raises(ValueError, match="int8"):
         LLM(text_mtp_checkpoint, speculative_config=mtp(1), kv_cache_dtype="int8", **ENGINE)
 
