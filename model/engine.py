@@ -116,9 +116,10 @@ class LLMEngine:
         calibration_prompts: prompts (text or token ids) for INT8 calibration.
         speculative_config: None, or ``{"method": "mtp", "num_speculative_tokens": k}`` (vLLM's
             spelling): the checkpoint's MTP head drafts k tokens a step and one target forward verifies
-            them (``spec_decode.py``). Supported so far: greedy requests (temperature 0) without
-            logprobs, prompts of >= 2 tokens, a KV cache of the model dtype, no prefix caching;
-            the rest is refused with ValueError. Statistics in ``RequestOutput.metrics`` (``spec_*``).
+            them (``spec_decode.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
+            ``draft_sample_method``), logprobs, any prompt length, either KV cache dtype (an int8 one
+            calibrates the MTP layers' scales); not yet with prefix caching. Statistics in
+            ``RequestOutput.metrics`` (``spec_*``).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, dtype: str = "float32", kv_cache_dtype: str = "auto",
@@ -179,14 +180,17 @@ class LLMEngine:
         # "none" mode: one GDN page per group and request (plus one per draft token), from the
         # same pool as the KV blocks, as vLLM's scheduler counts them.
         gdn_pages = num_gdn_groups * (1 + self.num_speculative_tokens)
-        # The model runner keeps 1 + k GDN state rows per request when speculating.
+        # The model runner keeps 1 + k GDN state rows per request when speculating, and the MTP layers their
+        # own KV caches on the same blocks.
         state_rows = 1 + self.num_speculative_tokens
+        mtp_layers = len(self.model_runner.spec.mtp.layer_ids) if self.model_runner.spec is not None else 0
         self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
-            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows)
+            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows,
+            mtp_layers)
         self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype,
                                 kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
-                                state_rows_per_request=state_rows)
+                                state_rows_per_request=state_rows, num_mtp_layers=mtp_layers)
         self.kv_cache_memory_gib = kv_cache_memory_gib
 
         kv_scales = None
@@ -226,15 +230,12 @@ class LLMEngine:
             return None
         parsed = parse_speculative_config(value, num_mtp_layers=count_mtp_layers(self.model_dir, self.config),
                                           max_num_batched_tokens=max_num_batched_tokens, model_name=self.model_dir)
-        if self.kv_cache_dtype == torch.int8:
-            raise ValueError("LLM(speculative_config=...) with kv_cache_dtype='int8' is not supported yet "
-                             "(the MTP layer's KV cache has no int8 scales)")
         self.model_runner.enable_speculation(Qwen35MTP.from_pretrained(self.model_dir, self.model, backend),
                                              parsed.num_speculative_tokens)
         return parsed
 
     def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks,
-                               gdn_pages, state_rows) -> tuple[int, str]:
+                               gdn_pages, state_rows, mtp_layers=0) -> tuple[int, str]:
         """(max_model_len, why): the given one; else the config's, or the longest the budget holds if shorter."""
         if given is not None:
             return given, "given"
@@ -244,7 +245,7 @@ class LLMEngine:
         fits = fit_max_model_len(self.config, budget_bytes=int(budget_gib * 2**30), block_size=block_size,
                                  max_num_seqs=max_num_seqs, dtype=self.dtype, kv_dtype=self.kv_cache_dtype,
                                  num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
-                                 state_rows_per_request=state_rows)
+                                 state_rows_per_request=state_rows, num_mtp_layers=mtp_layers)
         if fits >= configured:
             return configured, "the config's max_position_embeddings"
         if fits < 2:
@@ -287,19 +288,39 @@ class LLMEngine:
                 f"({p.state_bytes / 2**20:.1f} MiB) budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
 
     def _int8_scales(self, checkpoint_scales, calibration_prompts, block_size):
-        """Per-layer (k_scale, v_scale) [Hkv, D]: the checkpoint's, else calibrated; and where they came from."""
+        """Per-layer (k_scale, v_scale) [Hkv, D]: the checkpoint's, else calibrated; and where they came from.
+
+        With MTP speculation the head's layers (KV layer ids ``num_hidden_layers + i``) are always calibrated,
+        on the same prompts, by the head run over the target's hidden states of each prompt (``spec_decode``)."""
         scales = checkpoint_kv_scales(self.config, checkpoint_scales)
+        token_lists = None
         if scales is not None:
-            return scales, "checkpoint (msModelSlim kv_cache_scale tensors)"
+            source = "checkpoint (msModelSlim kv_cache_scale tensors)"
+        else:
+            token_lists = self._calibration_token_lists(calibration_prompts)
+            scales, total = calibrate_kv_scales(
+                self.config, token_lists,
+                lambda ids, observe: self.score(ids, kv_observer=observe, block_size=block_size))
+            source = f"calibrated from absmax over {total} tokens of {len(token_lists)} prompt(s)"
+        spec = self.model_runner.spec
+        if spec is not None:
+            token_lists = token_lists or self._calibration_token_lists(calibration_prompts)
+            mtp_scales, total = calibrate_kv_scales(
+                self.config, token_lists,
+                lambda ids, observe: spec.observe_calibration_kv(self.model_runner, ids, observe, block_size),
+                layers=spec.mtp.layer_ids)
+            scales = {**scales, **mtp_scales}
+            source += f"; MTP layer(s) calibrated from absmax over {total} tokens"
+        return scales, source
+
+    def _calibration_token_lists(self, calibration_prompts) -> list[list[int]]:
         prompts = list(calibration_prompts) if calibration_prompts else [self._default_calibration_tokens()]
         token_lists = []
         for prompt in prompts:
             ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
             self._check_token_ids(ids, "calibration prompt")
             token_lists.append(ids)
-        scales, total = calibrate_kv_scales(
-            self.config, token_lists, lambda ids, observe: self.score(ids, kv_observer=observe, block_size=block_size))
-        return scales, f"calibrated from absmax over {total} tokens of {len(prompts)} prompt(s)"
+        return token_lists
 
     def _default_calibration_tokens(self) -> list[int]:
         ids = self.tokenizer.encode(CALIBRATION_TEXT * 2)

@@ -43,10 +43,13 @@ def _dtype_bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def bytes_per_block(config: Qwen35Config, block_size: int, kv_dtype: torch.dtype) -> int:
-    """Bytes of one KV block over all full-attention layers (keys and values)."""
+def bytes_per_block(config: Qwen35Config, block_size: int, kv_dtype: torch.dtype, num_mtp_layers: int = 0) -> int:
+    """Bytes of one KV block over all full-attention layers (keys and values), plus ``num_mtp_layers`` MTP
+    layers: with MTP speculation each MTP layer has a paged KV cache of the same shape on the same blocks."""
+    if isinstance(num_mtp_layers, bool) or not isinstance(num_mtp_layers, int) or num_mtp_layers < 0:
+        raise ValueError(f"plan_memory: num_mtp_layers must be an int >= 0, got {num_mtp_layers!r}")
     per_layer = 2 * config.num_key_value_heads * block_size * config.head_dim * _dtype_bytes(kv_dtype)
-    return per_layer * len(config.full_attention_layers)
+    return per_layer * (len(config.full_attention_layers) + num_mtp_layers)
 
 
 def bytes_per_state_slot(config: Qwen35Config, dtype: torch.dtype) -> int:
@@ -94,7 +97,7 @@ class MemoryPlan:
 def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: int, max_num_seqs: int,
                 max_model_len: int, dtype: torch.dtype, kv_dtype: torch.dtype,
                 num_blocks: int | None = None, gdn_pages_per_request: int = 0,
-                state_rows_per_request: int = 1) -> MemoryPlan:
+                state_rows_per_request: int = 1, num_mtp_layers: int = 0) -> MemoryPlan:
     """Size the KV cache and state pools.
 
     One state slot per running request: ``max_num_seqs`` slots, fewer when half
@@ -107,10 +110,12 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     ``num_blocks`` overrides that. Each slot holds ``state_rows_per_request``
     GDN state rows (1 + k for MTP speculative decoding with k draft tokens:
     the model runner allocates ``num_state_slots * state_rows_per_request``
-    rows), and all of them count against the budget.
+    rows), and all of them count against the budget. ``num_mtp_layers`` MTP
+    layers (speculation) keep their own KV caches on the same blocks: a block
+    costs theirs too, and ``kv_bytes`` includes them.
     """
     slot_bytes = _slot_bytes(config, dtype, state_rows_per_request)
-    block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
+    block_bytes = max(bytes_per_block(config, block_size, kv_dtype, num_mtp_layers), 1)
     blocks_per_seq = -(-max_model_len // block_size) + _gdn_pages(gdn_pages_per_request)
     slots = max_num_seqs
     if budget_bytes is not None:
@@ -180,7 +185,8 @@ def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, n
 
 def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: int, max_num_seqs: int,
                       dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None,
-                      gdn_pages_per_request: int = 0, state_rows_per_request: int = 1) -> int:
+                      gdn_pages_per_request: int = 0, state_rows_per_request: int = 1,
+                      num_mtp_layers: int = 0) -> int:
     """The longest request (in tokens, a whole number of blocks) that ``plan_memory`` can hold in the budget.
 
     The state slots take what ``plan_memory`` gives them (at most half the
@@ -188,10 +194,10 @@ def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: in
     request's GDN state pages (``gdn_pages_per_request``: the scheduler takes a
     hybrid model's GDN pages from the same pool, as vLLM does), all go to one
     request. 0 when not even one block fits. ``state_rows_per_request`` is
-    ``plan_memory``'s (1 + k with k speculative tokens).
+    ``plan_memory``'s (1 + k with k speculative tokens), ``num_mtp_layers`` too.
     """
     slot_bytes = _slot_bytes(config, dtype, state_rows_per_request)
-    block_bytes = max(bytes_per_block(config, block_size, kv_dtype), 1)
+    block_bytes = max(bytes_per_block(config, block_size, kv_dtype, num_mtp_layers), 1)
     slots = max(1, min(max_num_seqs, (budget_bytes // 2) // slot_bytes))
     if num_blocks is None:
         num_blocks = (budget_bytes - slots * slot_bytes) // block_bytes

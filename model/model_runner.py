@@ -91,7 +91,8 @@ class ModelRunner:
                           kv_scales=None) -> None:
         """Allocate the caches the plan sized and the persistent batch (one row per possible running request).
 
-        With speculation each state slot has 1 + k GDN state rows, and the MTP layers get their own KV caches."""
+        With speculation each state slot has 1 + k GDN state rows, and the MTP layers get their own KV caches
+        (int8 ones need ``kv_scales`` of the MTP layer ids too)."""
         rows = self.spec.rows_per_request if self.spec is not None else 1
         self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
                                       num_state_slots=plan.num_state_slots * rows, dtype=self.model.dtype,
@@ -99,7 +100,7 @@ class ModelRunner:
         if self.spec is not None:
             from .mtp import add_mtp_kv_caches
 
-            add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device)
+            add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device, kv_scales)
         self.input_batch = InputBatch(plan.max_num_seqs, -(-max_model_len // block_size), block_size)
 
     def warm_up(self) -> None:

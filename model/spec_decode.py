@@ -49,6 +49,31 @@ class SpeculativeDecoder:
     def request_stats(self, request_id: str) -> SpecDecodingStats:
         return self.stats.setdefault(request_id, SpecDecodingStats(self.k))
 
+    @torch.inference_mode()
+    def observe_calibration_kv(self, runner, token_ids: list[int], observe, block_size: int) -> None:
+        """INT8 calibration of the MTP layers: run one prompt through the target and then through each MTP layer
+        on scratch caches of the model dtype, calling ``observe(layer_id, key, value)`` on the MTP layers' K/V.
+
+        The head sees what serving gives it: at position t the next token (the prompt's, then the target's
+        greedy one after the last position) and the target's final hidden state of t; layer i > 0 gets layer
+        i - 1's output, as draft i does. ``runner`` is the ``ModelRunner``; nothing of its serving state is used.
+        """
+        from .kv_cache import allocate_caches
+        from .mtp import add_mtp_kv_caches
+        from .model_runner import one_request_output
+
+        model, dtype = runner.model, runner.model.dtype
+        blocks = list(range(1, -(-len(token_ids) // block_size) + 1))
+        caches = allocate_caches(runner.config, num_blocks=len(blocks) + 1, block_size=block_size, num_state_slots=1,
+                                 dtype=dtype, kv_dtype=dtype, device=runner.device)
+        add_mtp_kv_caches(caches, runner.config, self.mtp.layer_ids, dtype, runner.device)
+        meta = build_step_metadata(one_request_output("calibration", list(token_ids), blocks, block_size))
+        hidden, inputs = runner._forward(meta, caches)
+        following = torch.cat([inputs.input_ids[1:], model.compute_logits(hidden[-1:]).argmax(-1)])
+        batch = dataclasses.replace(inputs, input_ids=following)
+        for step in range(self.mtp.num_layers):
+            hidden = self.mtp.forward(batch, hidden, caches, step=step, kv_observer=observe)
+
     def lay_out_state_rows(self, meta) -> None:
         """Map the scheduler's state slots to the pools' rows in ``meta`` (in place, on the CPU)."""
         if meta.state_indices.numel() == 0:

@@ -134,11 +134,6 @@ def test_checkpoint_without_mtp_weights(text_checkpoint):
         LLM(text_checkpoint, speculative_config=mtp(1), **ENGINE)
 
 
-def test_int8_kv_cache_is_refused(text_mtp_checkpoint):
-    with pytest.raises(ValueError, match="int8"):
-        LLM(text_mtp_checkpoint, speculative_config=mtp(1), kv_cache_dtype="int8", **ENGINE)
-
-
 def test_cli_prints_speculation_statistics(text_mtp_checkpoint, capsys):
     # "x#%" is three byte tokens of the built-in tokenizer, inside the tiny checkpoint's 256-token vocabulary.
     assert main(["--model", text_mtp_checkpoint, "--prompt", "x#%", "--max-tokens", "5", "--temperature", "0",
