@@ -33,7 +33,7 @@ from ..scheduling import Request, Scheduler, SchedulerConfig, default_batch_limi
 from .backends import describe as describe_backends
 from .config import Qwen35Config
 from .device_memory import default_device, default_kv_cache_gib, device_memory
-from .kv_cache import fit_max_model_len, plan_memory
+from .kv_cache import fit_max_model_len, num_gdn_groups, plan_memory, pool_block_size
 from .kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
 from .model_runner import ModelRunner
 from .outputs import CompletionOutput, RequestOutput, StepStats
@@ -64,6 +64,7 @@ class _Tracked:
     stop_reason: int | None = None
     first_token_time: float | None = None
     finish_time: float | None = None
+    num_cached_tokens: int | None = None  # the prefix-cache hit at first admission (vLLM's rule)
 
 
 def _derived_seed(seed: int, request_id: str) -> int:
@@ -91,14 +92,22 @@ class LLMEngine:
         kv_cache_dtype: "auto" (the model dtype) or "int8" (per-channel scales
             from the checkpoint's msModelSlim ``kv_cache_scale`` tensors, else
             from a calibration pass; ``kv_scale_source`` says which).
-        block_size: tokens per KV block (int >= 1).
+        block_size: tokens per KV block (int >= 1; default 16, vLLM's). The pool's block size is
+            then raised, as vLLM 0.33 does for hybrid models, in steps of block_size until one
+            attention layer's page (K and V of a block, in the KV cache dtype: an int8 cache needs
+            twice the tokens) holds one GDN layer's conv + float32 recurrent state
+            (``kv_cache.pool_block_size``); ``budget_summary()`` says when it was raised.
         num_blocks: KV blocks including the null block 0 (int >= 2; default: from the memory budget).
         max_num_batched_tokens, max_num_seqs: step limits, ints >= 1 with
             max_num_batched_tokens >= max_num_seqs (default: the scheduler's
             ``default_batch_limits`` for this device, offline usage, adjusted to
             that rule; ``max_num_seqs`` also shrinks to the GDN state slots the budget holds).
-        enable_prefix_caching: not supported yet (ValueError): the scheduler runs vLLM's align
-            mode, but the model does not keep its GDN states in the pool's pages yet.
+        enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
+            boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
+            ``gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
+            generative hybrid models, with speculative decoding too (then a hit stops one block short,
+            vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
+            ``RequestOutput.num_cached_tokens`` is each request's hit.
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
             chosen backend does not implement run on the device's default backend
             (``backend_summary()`` says which).
@@ -118,13 +127,14 @@ class LLMEngine:
             spelling): the checkpoint's MTP head drafts k tokens a step and one target forward verifies
             them (``spec_decode.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
             ``draft_sample_method``), logprobs, any prompt length, either KV cache dtype (an int8 one
-            calibrates the MTP layers' scales); not yet with prefix caching. Statistics in
+            calibrates the MTP layers' scales), with or without prefix caching. Statistics in
             ``RequestOutput.metrics`` (``spec_*``).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, dtype: str = "float32", kv_cache_dtype: str = "auto",
                  block_size: int = 16, num_blocks: int | None = None, max_num_batched_tokens: int | None = None,
-                 max_num_seqs: int | None = None, enable_prefix_caching: bool = False, backend: str | None = None,
+                 max_num_seqs: int | None = None, enable_prefix_caching: bool | None = None,
+                 backend: str | None = None,
                  seed: int = 0, *, max_model_len: int | None = None, device: str | torch.device | None = None,
                  kv_cache_memory_gib: float | None = None, enable_chunked_prefill: bool = True,
                  long_prefill_token_threshold: int = 0,
@@ -140,6 +150,13 @@ class LLMEngine:
         _check_int("max_num_seqs", max_num_seqs, 1, optional=True)
         # A request needs at least one prompt token and room for one generated token.
         _check_int("max_model_len", max_model_len, 2, optional=True)
+        if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
+            raise ValueError(f"LLM(enable_prefix_caching=...) must be True, False or None, got "
+                             f"{enable_prefix_caching!r}")
+        if enable_prefix_caching and not enable_chunked_prefill:
+            raise ValueError("LLM(enable_prefix_caching=True) needs enable_chunked_prefill=True on a hybrid model "
+                             "such as Qwen3.5: its GDN states are cached at block-aligned chunk ends (vLLM's align "
+                             "mode); pass enable_prefix_caching=False to run without chunked prefill")
         if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
             raise ValueError(f"LLM(max_num_batched_tokens={max_num_batched_tokens}) must be >= "
                              f"max_num_seqs={max_num_seqs}: every running request may decode in one step")
@@ -176,13 +193,23 @@ class LLMEngine:
             raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")
         self.kv_cache_dtype = torch.int8 if kv_cache_dtype == "int8" else self.dtype
         self.speculative_config = self._speculation(speculative_config, max_num_batched_tokens, backend)
-        num_gdn_groups = _num_gdn_groups(self.config, enable_prefix_caching)
-        # "none" mode: one GDN page per group and request (plus one per draft token), from the
-        # same pool as the KV blocks, as vLLM's scheduler counts them.
-        gdn_pages = num_gdn_groups * (1 + self.num_speculative_tokens)
-        # The model runner keeps 1 + k GDN state rows per request when speculating, and the MTP layers their
-        # own KV caches on the same blocks.
+        groups = num_gdn_groups(self.config)
+        if enable_prefix_caching is None:  # vLLM 0.33: on for generative hybrid models (see the docstring)
+            enable_prefix_caching = groups > 0 and enable_chunked_prefill
+        self.enable_prefix_caching = enable_prefix_caching
+        requested_block_size = block_size
+        block_size = pool_block_size(self.config, block_size, self.dtype, self.kv_cache_dtype)
+        self.block_size_reason = (
+            "" if block_size == requested_block_size else
+            f" (raised from {requested_block_size}: an attention page must hold a GDN page, vLLM's rule)")
+        if block_size != requested_block_size:
+            logger.info("block_size=%d%s", block_size, self.block_size_reason)
+        # A request's GDN pages in the pool: "none" mode one per group (plus one per draft token, the
+        # 1 + k state rows of speculation), align mode at most 2 live ones per group (older ones go to
+        # the cache), as vLLM's scheduler counts them.
+        gdn_pages = groups * ((2 if enable_prefix_caching else 1) + self.num_speculative_tokens)
         state_rows = 1 + self.num_speculative_tokens
+        # The MTP layers keep their own KV caches on the same blocks.
         mtp_layers = len(self.model_runner.spec.mtp.layer_ids) if self.model_runner.spec is not None else 0
         self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
             max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows,
@@ -199,13 +226,14 @@ class LLMEngine:
             kv_scales, self.kv_scale_source = self._int8_scales(checkpoint_scales, calibration_prompts, block_size)
             logger.info("INT8 KV cache scales: %s", self.kv_scale_source)
         self.model_runner.initialize_caches(self.plan, block_size=block_size, max_model_len=self.max_model_len,
-                                            kv_dtype=self.kv_cache_dtype, kv_scales=kv_scales)
+                                            kv_dtype=self.kv_cache_dtype, kv_scales=kv_scales,
+                                            enable_prefix_caching=enable_prefix_caching)
         self.scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=self.plan.max_num_seqs,
             block_size=block_size, num_blocks=self.plan.num_blocks, max_model_len=self.max_model_len,
             enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
             long_prefill_token_threshold=long_prefill_token_threshold,
-            num_gdn_groups=num_gdn_groups,
+            num_gdn_groups=groups,
             num_speculative_tokens=self.num_speculative_tokens)
         self.scheduler = Scheduler(self.scheduler_config)
         self.model_runner.token_at = lambda request_id, position: \
@@ -280,12 +308,13 @@ class LLMEngine:
         """One line with the limits and memory in use."""
         p, c = self.plan, self.scheduler_config
         kv = str(self.kv_cache_dtype).replace("torch.", "")
+        rows = f" {p.state_rows_per_request}_rows_per_request" if p.state_rows_per_request > 1 else ""
         return (f"max_num_batched_tokens={c.max_num_batched_tokens} max_num_seqs={c.max_num_seqs} "
-                f"max_model_len={c.max_model_len} ({self.max_model_len_reason}) block_size={c.block_size} "
-                f"num_blocks={c.num_blocks} "
-                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_state_slots={p.num_state_slots}"
-                f"{f'x{p.state_rows_per_request}_rows' if p.state_rows_per_request > 1 else ''} "
-                f"({p.state_bytes / 2**20:.1f} MiB) budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
+                f"max_model_len={c.max_model_len} ({self.max_model_len_reason}) block_size={c.block_size}"
+                f"{self.block_size_reason} num_blocks={c.num_blocks} "
+                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_states=in_pool_pages{rows} "
+                f"({p.state_bytes / 2**20:.1f} MiB) prefix_caching={'on' if c.enable_prefix_caching else 'off'} "
+                f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
 
     def _int8_scales(self, checkpoint_scales, calibration_prompts, block_size):
         """Per-layer (k_scale, v_scale) [Hkv, D]: the checkpoint's, else calibrated; and where they came from.
@@ -418,6 +447,10 @@ class LLMEngine:
         """
         start = time.perf_counter()
         scheduler_output = self.scheduler.schedule()
+        for request_id, hit in scheduler_output.num_cached_tokens.items():
+            tracked = self._tracked.get(request_id)
+            if tracked is not None and tracked.num_cached_tokens is None:
+                tracked.num_cached_tokens = hit  # vLLM keeps the first admission's hit, not a resumed one's
         runner_output = self.model_runner.execute(scheduler_output)
         if scheduler_output.total_num_scheduled_tokens == 0:
             return []
@@ -476,7 +509,7 @@ class LLMEngine:
         if forget:
             self._tracked.pop(request_id, None)
         return RequestOutput(request_id, t.prompt, t.prompt_token_ids, [completion], t.finish_reason is not None,
-                             metrics)
+                             metrics, num_cached_tokens=t.num_cached_tokens or 0)
 
 
 def __getattr__(name):
@@ -486,16 +519,3 @@ def __getattr__(name):
 
         return LLM
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _num_gdn_groups(config, enable_prefix_caching: bool) -> int:
-    """vLLM's GDN KV cache groups: the GDN layers in groups of as many layers as there are
-    full-attention layers (3 for Qwen3.5's 3:1 layout). Refuses prefix caching, whose GDN
-    states the model does not read from the pool's pages yet (issue 11, model side)."""
-    if enable_prefix_caching:
-        raise ValueError(
-            "LLM(enable_prefix_caching=True) is not supported yet: the scheduler caches GDN states "
-            "in vLLM's align mode, but the model still keeps them outside the KV pool's pages"
-        )
-    num_attention = max(len(config.full_attention_layers), 1)
-    return -(-len(config.linear_attention_layers) // num_attention)

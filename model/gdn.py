@@ -5,6 +5,10 @@ and ``fused_recurrent_gated_delta_rule`` on the state pools. Prefill chunks
 take the chunked path: ``causal_conv1d_fn`` and ``chunk_gated_delta_rule``
 with ``cu_seqlens``, starting from the saved state where ``has_initial_state``
 (later chunks of a chunked prefill). Both update the pools in place.
+
+With the states in the pool's pages (the engine's layout, ``gdn_pages.py``) a
+layer reads its group's rows, ``batch.gdn_state_indices[group]``; batches
+without them (scratch runs, tests) use ``batch.state_indices``.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import torch.nn.functional as F
 from .. import ops
 from .backends import backend_chooser
 from .config import Qwen35Config
+from .kv_cache import gdn_layer_groups
 from .step_inputs import StepInputs
 from .layers import gated_rms_norm
 
@@ -24,6 +29,7 @@ class GatedDeltaNet:
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
         p = f"layers.{layer}.linear_attn."
         self.layer = layer
+        self.group = gdn_layer_groups(config)[layer][0]
         self.backend = backend_chooser(backend)
         self.nk, self.nv = config.linear_num_key_heads, config.linear_num_value_heads
         self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
@@ -47,23 +53,30 @@ class GatedDeltaNet:
                                        backend=self.backend("fused_gdn_gating"))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
-        spec = getattr(batch, "spec_state_indices", None) is not None  # step batches of tests may lack it
+        spec_rows = getattr(batch, "spec_state_indices", None)  # step batches of tests may lack it
+        spec = spec_rows is not None
+        rows = batch.state_indices
+        paged = getattr(batch, "gdn_state_indices", None)
+        if paged is not None:
+            rows = paged[self.group]
+            if spec:
+                spec_rows = batch.gdn_spec_state_indices[self.group]
         conv_out = []
         if nd and spec:
             # Speculative verify rows (1 + k tokens each): the state after token t goes to the row's column t,
             # reading starts from column num_accepted_tokens - 1 (no rollback needed, as in vLLM).
             conv_out.append(ops.causal_conv1d_update(
-                mixed[:ndt], conv_states, self.conv_w, cache_indices=batch.spec_state_indices,
+                mixed[:ndt], conv_states, self.conv_w, cache_indices=spec_rows,
                 query_start_loc=batch.query_start_loc[: nd + 1], num_accepted_tokens=batch.num_accepted_tokens,
                 activation="silu", backend=self.backend("causal_conv1d_update")))
         elif nd:
             conv_out.append(ops.causal_conv1d_update(
-                mixed[:ndt], conv_states, self.conv_w, cache_indices=batch.state_indices[:nd],
+                mixed[:ndt], conv_states, self.conv_w, cache_indices=rows[:nd],
                 activation="silu", backend=self.backend("causal_conv1d_update")))
         if ndt < t:
             conv_out.append(ops.causal_conv1d_fn(
                 mixed[ndt:].contiguous(), self.conv_w, conv_states=conv_states,
-                query_start_loc=batch.prefill_query_start_loc, cache_indices=batch.state_indices[nd:],
+                query_start_loc=batch.prefill_query_start_loc, cache_indices=rows[nd:],
                 has_initial_state=batch.has_initial_state[nd:], activation="silu",
                 backend=self.backend("causal_conv1d_fn")))
         mixed = conv_out[0] if len(conv_out) == 1 else torch.cat(conv_out)
@@ -76,7 +89,7 @@ class GatedDeltaNet:
             o, _ = ops.fused_recurrent_gated_delta_rule(
                 q[None, :ndt].contiguous(), k[None, :ndt].contiguous(), v[None, :ndt].contiguous(),
                 g[None, :ndt].contiguous(), beta[None, :ndt].contiguous(), initial_state=ssm_states,
-                cu_seqlens=batch.query_start_loc[: nd + 1], ssm_state_indices=batch.spec_state_indices,
+                cu_seqlens=batch.query_start_loc[: nd + 1], ssm_state_indices=spec_rows,
                 num_accepted_tokens=batch.num_accepted_tokens, use_qk_l2norm_in_kernel=True,
                 backend=self.backend("fused_recurrent_gated_delta_rule"))
             outs.append(o[0])
@@ -85,7 +98,7 @@ class GatedDeltaNet:
             o, _ = ops.fused_recurrent_gated_delta_rule(
                 q[:ndt, None].contiguous(), k[:ndt, None].contiguous(), v[:ndt, None].contiguous(),
                 g[:ndt, None].contiguous(), beta[:ndt, None].contiguous(), initial_state=ssm_states,
-                ssm_state_indices=batch.state_indices[:nd], use_qk_l2norm_in_kernel=True,
+                ssm_state_indices=rows[:nd], use_qk_l2norm_in_kernel=True,
                 backend=self.backend("fused_recurrent_gated_delta_rule"))
             outs.append(o[:, 0])
         if ndt < t:
@@ -93,7 +106,7 @@ class GatedDeltaNet:
             o, _ = ops.chunk_gated_delta_rule(
                 q[None, ndt:].contiguous(), k[None, ndt:].contiguous(), v[None, ndt:].contiguous(),
                 g[None, ndt:].contiguous(), beta[None, ndt:].contiguous(), initial_state=ssm_states,
-                cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=batch.state_indices[nd:],
+                cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=rows[nd:],
                 has_initial_state=batch.has_initial_state[nd:], use_qk_l2norm_in_kernel=True,
                 backend=self.backend("chunk_gated_delta_rule"), chunk_indices=batch.chunk_indices,
                 chunk_offsets=batch.chunk_offsets)

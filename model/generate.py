@@ -32,7 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-sequence token")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8"])
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--block-size", type=int, default=16,
+                   help="requested KV block size; raised until an attention page holds a GDN page (vLLM's rule)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="reuse cached prefixes (vLLM's align mode for the GDN states); default: on, as in vLLM "
+                        "0.33 for hybrid models, off with --speculative-tokens")
     p.add_argument("--num-blocks", type=int, default=None)
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
@@ -78,6 +82,10 @@ def _summary(llm, outputs, wall: float) -> list[str]:
                      f"preemptions {sum(s.num_preempted for s in steps)}")
     if decode_ms:
         lines.append(f"decode-only steps: {len(decode_ms)}  median {statistics.median(decode_ms):.1f} ms")
+    if llm.llm_engine.enable_prefix_caching:
+        cached = sum(o.num_cached_tokens for o in outputs)
+        lines.append(f"prefix cache: {cached} of {prompt_tokens} prompt tokens hit "
+                     f"({100 * cached / max(prompt_tokens, 1):.1f} % hit rate)")
     spec = llm.model_runner.spec
     if spec is not None:
         lines.append(spec.total.summary())
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                   num_blocks=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                   max_num_seqs=args.max_num_seqs, backend=args.backend, seed=args.seed,
                   max_model_len=args.max_model_len, device=args.device,
-                  kv_cache_memory_gib=args.kv_cache_memory_gib,
+                  kv_cache_memory_gib=args.kv_cache_memory_gib, enable_prefix_caching=args.enable_prefix_caching,
                   speculative_config=speculative_config_from_cli(args.speculative_tokens))
         _ = llm.tokenizer  # load (or build once) before timing generation
     except USER_ERRORS as exc:

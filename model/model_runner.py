@@ -18,8 +18,9 @@ from .. import ops
 from ..scheduling import SchedulerOutput, StepMetadata, build_step_metadata
 from .backends import backend_chooser
 from .config import Qwen35Config
+from .gdn_pages import GdnPageTables
 from .input_batch import InputBatch
-from .kv_cache import MemoryPlan, ModelCaches, allocate_caches
+from .kv_cache import MemoryPlan, ModelCaches, allocate_caches, num_gdn_groups
 from .qwen3_5 import Qwen35ForCausalLM
 from .sampling import SamplingParams, logprob_entry, sample
 from .step_inputs import StepInputs
@@ -47,14 +48,17 @@ class ModelRunnerOutput:
 
 def one_request_output(request_id: str, token_ids: list[int], block_ids: list[int], block_size: int, *,
                        num_computed_tokens: int = 0, state_slot: int = 0, new: bool = True,
-                       new_block_ids: list[int] | None = None) -> SchedulerOutput:
-    """A SchedulerOutput that runs ``token_ids`` of one request (scoring and warm-up, outside the scheduler)."""
+                       new_block_ids: list[int] | None = None,
+                       gdn_block_ids: tuple[list[int], ...] = ()) -> SchedulerOutput:
+    """A SchedulerOutput that runs ``token_ids`` of one request (scoring and warm-up, outside the scheduler).
+
+    gdn_block_ids: the request's GDN page tables, one per group (the states in the pool's pages)."""
     return SchedulerOutput(
         num_scheduled_tokens={request_id: len(token_ids)}, total_num_scheduled_tokens=len(token_ids),
         num_computed_tokens={request_id: num_computed_tokens}, token_ids={request_id: list(token_ids)},
         block_ids={request_id: list(block_ids)},
         new_block_ids={request_id: list(block_ids if new_block_ids is None else new_block_ids)},
-        group_block_ids={request_id: (list(block_ids),)}, num_cached_tokens={request_id: 0} if new else {},
+        group_block_ids={request_id: (*map(list, gdn_block_ids), list(block_ids))}, num_cached_tokens={request_id: 0} if new else {},
         scheduled_spec_decode_tokens={}, state_slots={request_id: state_slot}, sampling_req_ids=[request_id],
         new_req_ids=[request_id] if new else [], resumed_req_ids=[], preempted_req_ids=set(),
         finished_req_ids=set(), num_free_blocks=0, block_size=block_size)
@@ -71,6 +75,7 @@ class ModelRunner:
         self.backend = backend
         self.caches: ModelCaches | None = None
         self.input_batch: InputBatch | None = None
+        self.gdn_pages: GdnPageTables | None = None  # where GDN states sit in the pool's pages each step
         # Sampling settings and generator of each request the engine added, until it finishes.
         self.sampling: dict[str, tuple[SamplingParams, torch.Generator]] = {}
         # Speculative decoding (``enable_speculation``): the MTP drafter and per-request state; token_at gives
@@ -88,15 +93,19 @@ class ModelRunner:
         self.spec = SpeculativeDecoder(mtp, num_speculative_tokens)
 
     def initialize_caches(self, plan: MemoryPlan, *, block_size: int, max_model_len: int, kv_dtype: torch.dtype,
-                          kv_scales=None) -> None:
-        """Allocate the caches the plan sized and the persistent batch (one row per possible running request).
-
-        With speculation each state slot has 1 + k GDN state rows, and the MTP layers get their own KV caches
-        (int8 ones need ``kv_scales`` of the MTP layer ids too)."""
-        rows = self.spec.rows_per_request if self.spec is not None else 1
+                          kv_scales=None, enable_prefix_caching: bool = False) -> None:
+        """Allocate the one page pool the plan sized and the persistent batch (one row per possible running
+        request). The GDN states live in the pool's pages (``gdn_pages.py``): in "none" mode a request's
+        1 (+ k with speculation) pages per group, in align mode (``enable_prefix_caching``) the page of its
+        state column. With speculation the MTP layers get their own KV caches (int8 ones need ``kv_scales`` of
+        the MTP layer ids too)."""
         self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
-                                      num_state_slots=plan.num_state_slots * rows, dtype=self.model.dtype,
-                                      kv_dtype=kv_dtype, device=self.device, kv_scales=kv_scales)
+                                      num_state_slots=0, dtype=self.model.dtype, kv_dtype=kv_dtype,
+                                      device=self.device, kv_scales=kv_scales, gdn_in_pages=True)
+        groups = num_gdn_groups(self.config)
+        if groups:
+            k = self.spec.k if self.spec is not None else 0
+            self.gdn_pages = GdnPageTables(groups, block_size, enable_prefix_caching, k)
         if self.spec is not None:
             from .mtp import add_mtp_kv_caches
 
@@ -107,21 +116,26 @@ class ModelRunner:
         """Run a two-token prefill and one decode through ``execute`` (sampling included) on the serving caches,
         so that one-time costs (op registration, first kernel calls) do not land in the first request's latency.
 
-        It writes block 1 and state slot 0, which a later request overwrites before reading (its state starts
-        from zeros), and leaves the persistent batch empty.
+        It writes block 1 and one GDN state page per group (and per speculative row) after it, which a later
+        request overwrites before reading (its state starts from zeros; a prefix hit reads only pages the
+        scheduler cached), and leaves the persistent batch empty.
         """
         bs = self.caches.block_size
         blocks = list(range(1, -(-3 // bs) + 1))
-        if len(blocks) >= self.caches.num_blocks:
+        groups = self.gdn_pages.num_gdn_groups if self.gdn_pages is not None else 0
+        rows = self.gdn_pages.rows if self.gdn_pages is not None else 1
+        first_page = len(blocks) + 1
+        gdn = tuple(list(range(first_page + g * rows, first_page + (g + 1) * rows)) for g in range(groups))
+        if len(blocks) + groups * rows >= self.caches.num_blocks:
             return  # too few blocks to hold even the warm-up request
         generator = torch.Generator(device=self.device).manual_seed(0)
         self.sampling[WARM_UP_ID] = (SamplingParams(max_tokens=2, temperature=1.0, detokenize=False), generator)
         self._drafting = False  # the warm-up blocks hold no lookahead slots for drafts
         try:
-            first = self.execute(one_request_output(WARM_UP_ID, [0, 0], blocks, bs))
+            first = self.execute(one_request_output(WARM_UP_ID, [0, 0], blocks, bs, gdn_block_ids=gdn))
             token = first.sampled_token_ids[WARM_UP_ID]
             self.execute(one_request_output(WARM_UP_ID, token, blocks, bs, num_computed_tokens=2, new=False,
-                                            new_block_ids=[]))
+                                            new_block_ids=[], gdn_block_ids=gdn))
         finally:
             self._drafting = True
             if self.spec is not None:
@@ -129,6 +143,8 @@ class ModelRunner:
                 self.spec.stats.pop(WARM_UP_ID, None)
             self.input_batch.remove(WARM_UP_ID)
             self.sampling.pop(WARM_UP_ID, None)
+            if self.gdn_pages is not None:
+                self.gdn_pages.forget(WARM_UP_ID)
 
     # ------------------------------------------------------------------ steps
 
@@ -153,7 +169,11 @@ class ModelRunner:
         prepared = self.input_batch.prepare(out)
         if self.spec is not None:
             self.spec.lay_out_state_rows(prepared.batch)
-        hidden, inputs = self._forward(prepared.batch, self.caches)
+        gdn_rows = None
+        if self.gdn_pages is not None:  # after the speculative rows: the state rows are the group's pages
+            gdn_rows = self.gdn_pages.lay_out(out, prepared.batch, self.caches,
+                                              self.spec.num_accepted if self.spec is not None else None)
+        hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows)
         result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
                                    num_prefills=prepared.num_prefills)
         if self.spec is not None:
@@ -169,6 +189,11 @@ class ModelRunner:
         """Speculative decoding: rejection-sample the drafts, roll the batch's cursors back over the rejected
         ones, and draft the next k tokens of every request that sampled (``spec_decode.py``)."""
         if not prepared.sampling_req_ids:
+            # Prefill chunks that do not sample yet: the MTP head still runs over them, so that its KV cache
+            # holds their positions when it drafts later (vLLM's drafter runs on every step too).
+            if self._drafting:
+                with ops.trusted_metadata():
+                    self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None)
             return result
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
         emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
@@ -196,11 +221,11 @@ class ModelRunner:
                                                            self.token_at, self.caches, step_inputs)
         return result
 
-    def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None):
+    def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None, gdn_rows=None):
         """Check the CPU layout once, derive, move, and run the model with the ops trusting the metadata."""
         meta.validate(num_blocks=caches.num_blocks, block_size=caches.block_size,
                       num_state_slots=caches.num_state_slots)
-        inputs = StepInputs.build(meta, self.device, self._units_builder(caches))
+        inputs = StepInputs.build(meta, self.device, self._units_builder(caches), gdn_rows)
         with ops.trusted_metadata():
             hidden = self.model.forward(inputs, caches, kv_observer=kv_observer)
         return hidden, inputs

@@ -26,6 +26,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: dict[str, float] = field(default_factory=dict)  # arrival, first_token, finished times (s)
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at admission (vLLM's name)
 
 
 @dataclass

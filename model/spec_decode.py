@@ -104,7 +104,8 @@ class SpeculativeDecoder:
     @torch.inference_mode()
     def propose(self, inputs, hidden: torch.Tensor, out: SchedulerOutput, emitted: dict[str, list[int]],
                 token_at: TokenSource, caches, step_inputs: Callable) -> dict[str, list[int]]:
-        """k greedy drafts for each request in ``emitted`` (those that sampled), from the MTP head.
+        """k greedy drafts for each request in ``emitted`` (those that sampled), from the MTP head; with none
+        (a step of prefill chunks only) the head's first pass still runs, for its KV of the step's positions.
 
         inputs: the step's StepInputs (on the device), hidden: the target's final hidden states [T, H];
         step_inputs(meta) -> a validated StepInputs on the device for the further draft steps.
@@ -126,6 +127,9 @@ class SpeculativeDecoder:
                 following.append(token_at(request_id, context + len(tokens)))
             shifted += [t if t >= 0 else 0 for t in following]
         batch = dataclasses.replace(inputs, input_ids=torch.tensor(shifted, device=hidden.device))
+        if not sample_rows:  # nothing to draft: the pass only writes the head's KV of the step's positions
+            self.mtp.forward(batch, hidden[: len(shifted)], caches, step=0)
+            return {}
         batch.logits_indices = torch.tensor(sample_rows, device=hidden.device)
         token, h = self.mtp.greedy_draft(batch, hidden[: len(shifted)], caches, step=0)
         sampled = [r for r in inputs.req_ids if r in emitted]

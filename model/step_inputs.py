@@ -29,16 +29,25 @@ class StepInputs(StepMetadata):
     chunk_indices, chunk_offsets: ``prepare_chunk_indices(prefill_query_start_loc)``
         for ``chunk_gated_delta_rule`` (None without prefill rows).
     prefill_units: ``mixed_attention``'s work units (None when its backend needs none).
+    gdn_state_indices: [G, N] int32, each GDN group's state row (a pool page) of every request,
+        when the GDN states live in the pool's pages (``gdn_pages.py``); None: ``state_indices``.
+    gdn_spec_state_indices: [G, num_decodes, 1 + k] int32, the same for speculative verify rows
+        (None: ``spec_state_indices``).
     """
 
     prefill_query_start_loc: torch.Tensor | None = None
     chunk_indices: torch.Tensor | None = None
     chunk_offsets: torch.Tensor | None = None
     prefill_units: torch.Tensor | None = None
+    gdn_state_indices: torch.Tensor | None = None
+    gdn_spec_state_indices: torch.Tensor | None = None
 
     @classmethod
-    def build(cls, meta: StepMetadata, device: torch.device, units: UnitsBuilder | None = None) -> "StepInputs":
-        """Derive from the CPU ``meta`` (validated by the caller), then move everything to ``device``."""
+    def build(cls, meta: StepMetadata, device: torch.device, units: UnitsBuilder | None = None,
+              gdn_rows: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> "StepInputs":
+        """Derive from the CPU ``meta`` (validated by the caller), then move everything to ``device``.
+
+        gdn_rows: ``GdnPageTables.lay_out``'s per-group state rows (None: the GDN states are not in pages)."""
         qsl = meta.query_start_loc[meta.num_decodes:]
         prefill_qsl = qsl - qsl[0]
         chunk_indices = chunk_offsets = None
@@ -47,6 +56,8 @@ class StepInputs(StepMetadata):
         fields = {name: getattr(meta, name) for name in StepMetadata.__dataclass_fields__}
         step = cls(**fields, prefill_query_start_loc=prefill_qsl, chunk_indices=chunk_indices,
                    chunk_offsets=chunk_offsets,
+                   gdn_state_indices=gdn_rows[0] if gdn_rows is not None else None,
+                   gdn_spec_state_indices=gdn_rows[1] if gdn_rows is not None else None,
                    prefill_units=units(meta.query_start_loc, meta.num_attention_decodes) if units is not None else None)
         return step.to(device, non_blocking=True)
 

@@ -45,6 +45,10 @@ class GdnStateColumns:
         self.align = align
         self._column: dict[str, int] = {}
 
+    def forget(self, request_id: str) -> None:
+        """Drop a request the scheduler never saw finish (one run outside it, as an engine's warm-up)."""
+        self._column.pop(request_id, None)
+
     def plan(self, out: SchedulerOutput) -> GdnStateStep:
         """The state blocks of every request of the step and the copies to make first."""
         if out.num_speculative_tokens:

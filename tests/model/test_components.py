@@ -86,7 +86,10 @@ def test_memory_plan_fits_the_budget():
     plan = plan_memory(cfg, budget_bytes=budget, block_size=16, max_num_seqs=256, max_model_len=1024,
                        dtype=torch.float32, kv_dtype=torch.float32)
     assert plan.kv_bytes + plan.state_bytes <= budget
-    assert plan.num_state_slots < 256 and plan.max_num_seqs == plan.num_state_slots
+    # The GDN states are rows of the pool's pages (one per position in a GDN group: 1 here), no separate pool.
+    assert plan.num_state_slots == 0 and plan.max_num_seqs == 256
+    assert plan.state_bytes == plan.num_blocks * (3 * 512 * 4 + 4 * 64 * 64 * 4)
+    assert plan.num_blocks == budget // (2 * 2 * 16 * 64 * 4 + 3 * 512 * 4 + 4 * 64 * 64 * 4)
     assert plan.num_blocks >= 1024 // 16 + 1
     with pytest.raises(ValueError, match="cannot hold one request"):
         plan_memory(cfg, budget_bytes=2**16, block_size=16, max_num_seqs=4, max_model_len=4096,

@@ -55,17 +55,17 @@ def test_cpu_budget_follows_available_memory(text_checkpoint, monkeypatch):
 
 
 def test_max_model_len_is_fitted_to_the_budget_when_not_given(text_checkpoint, caplog):
-    # Tiny model: 8 KiB per 16-token KV block, two GDN state slots of 16.5 KiB; 200 KiB hold 19 usable
-    # blocks, of which a request's 3 GDN pages (3 GDN layers per attention layer: 3 groups, one page
-    # each, from the same pool as in vLLM) leave 16 for its tokens.
+    # Tiny model: a 16-token block carries an 8 KiB KV page and a 5.5 KiB GDN state row (the states live
+    # in the pool's pages); 200 KiB hold 14 blocks, 13 usable, of which a request's GDN pages (3 GDN
+    # groups, at most 2 live pages each in prefix caching's align mode, the default) leave 7 for its tokens.
     budget = 200 / 2**20
     with caplog.at_level(logging.WARNING, logger="qwen_ops.engine"):
         llm = LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget)
     assert llm.scheduler_config.num_gdn_groups == 3
-    assert llm.max_model_len == (19 - 3) * 16 < llm.config.max_position_embeddings
-    assert "max_model_len=256 (fitted to the KV budget" in caplog.text
+    assert llm.max_model_len == (13 - 6) * 16 < llm.config.max_position_embeddings
+    assert "max_model_len=112 (fitted to the KV budget" in caplog.text
     assert "fitted to the KV budget" in llm.budget_summary()
-    out = llm.generate([[1] * 250], SamplingParams(max_tokens=3, temperature=0, detokenize=False))
+    out = llm.generate([[1] * 105], SamplingParams(max_tokens=3, temperature=0, detokenize=False))
     assert len(out[0].outputs[0].token_ids) == 3
     with pytest.raises(ValueError, match="cannot hold one request of max_model_len=512"):
         LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget, max_model_len=512)

@@ -208,10 +208,11 @@ def test_prompt_length_limit_is_max_model_len_minus_one(text_checkpoint, gen):
     assert len(out[0].outputs[0].token_ids) == 1 and out[0].outputs[0].finish_reason == "length"
 
 
-def test_prefix_caching_is_refused_until_the_model_keeps_gdn_states_in_the_pool(text_checkpoint):
-    # The scheduler runs vLLM's align mode; the model does not read GDN states from pages yet.
-    with pytest.raises(ValueError, match=r"LLM\(enable_prefix_caching=True\) is not supported yet"):
-        LLM(text_checkpoint, num_blocks=16, max_num_seqs=2, enable_prefix_caching=True)
+def test_prefix_caching_without_chunked_prefill_is_refused(text_checkpoint):
+    # vLLM's align mode caches GDN states at block-aligned chunk ends: it needs chunked prefill.
+    with pytest.raises(ValueError, match=r"LLM\(enable_prefix_caching=True\) needs enable_chunked_prefill=True"):
+        LLM(text_checkpoint, num_blocks=16, max_num_seqs=2, enable_prefix_caching=True,
+            enable_chunked_prefill=False)
 
 
 def test_the_engine_schedules_the_gdn_layers_as_vllm_groups(text_checkpoint):
