@@ -119,6 +119,8 @@ def test_a_sibling_hit_drafts_as_without_the_cache(text_mtp_checkpoint, gen):
         alone = fresh.generate([prompt], params)[0]
         assert alone.num_cached_tokens == 0
         assert out.outputs[0].token_ids == alone.outputs[0].token_ids
+        # Every known position has the head's KV, those of prefill chunks that did not sample included.
+        assert bool(fresh_keys[alone.request_id].abs().amax(dim=(1, 2)).gt(0).all())
         assert torch.equal(shared_keys[out.request_id], fresh_keys[alone.request_id])
         assert shared_drafts[out.request_id] == fresh_drafts[alone.request_id]
 
