@@ -82,7 +82,8 @@ def _check_int(name: str, value, minimum: int, *, optional: bool = False) -> Non
 
 
 class LLMEngine:
-    """The engine of a Qwen3.5 checkpoint: continuous batching, a paged KV cache and GDN state pools.
+    """The engine of a Qwen3.5 checkpoint: continuous batching and one page pool for the KV
+    cache and the GDN states (vLLM's hybrid layout, ``gdn_pages.py``).
 
     Args:
         model: a directory with config.json and safetensors weights (a text-only
@@ -101,7 +102,7 @@ class LLMEngine:
         max_num_batched_tokens, max_num_seqs: step limits, ints >= 1 with
             max_num_batched_tokens >= max_num_seqs (default: the scheduler's
             ``default_batch_limits`` for this device, offline usage, adjusted to
-            that rule; ``max_num_seqs`` also shrinks to the GDN state slots the budget holds).
+            that rule).
         enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
             boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
             ``gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
@@ -118,7 +119,7 @@ class LLMEngine:
             does (logged, and said by ``budget_summary()``). A prompt may have at most
             max_model_len - 1 tokens.
         device: torch device (default: NPU, else CUDA, else CPU).
-        kv_cache_memory_gib: memory for the KV cache and state pools (default: 90 % of an
+        kv_cache_memory_gib: memory for the page pool, KV pages and GDN states (default: 90 % of an
             accelerator's memory minus the weights; on a CPU a tenth of the memory available
             when the engine starts, weights already loaded).
         enable_chunked_prefill, long_prefill_token_threshold: scheduler switches.
@@ -195,7 +196,7 @@ class LLMEngine:
         self.speculative_config = self._speculation(speculative_config, max_num_batched_tokens, backend)
         groups = num_gdn_groups(self.config)
         if enable_prefix_caching is None:  # vLLM 0.33: on for generative hybrid models (see the docstring)
-            enable_prefix_caching = groups > 0 and enable_chunked_prefill
+            enable_prefix_caching = enable_chunked_prefill or groups == 0
         self.enable_prefix_caching = enable_prefix_caching
         requested_block_size = block_size
         block_size = pool_block_size(self.config, block_size, self.dtype, self.kv_cache_dtype)

@@ -32,12 +32,28 @@ scheduler's pages are the states' memory.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..ops import _validate as check
 from ..scheduling import SchedulerOutput, StepMetadata
 from ..scheduling.gdn_state_columns import GdnStateColumns
 from .kv_cache import ModelCaches
+
+
+@dataclass
+class GdnStepRows:
+    """One step's GDN state addressing, checked against the pool.
+
+    state_rows: [G, N] int32, each group's state page of every request, in the step's row order.
+    spec_rows: [G, num_decodes, 1 + k] int32 for speculative verify rows (None without speculation).
+    copies: (group, source page, destination page) to copy before the step (align mode).
+    """
+
+    state_rows: torch.Tensor
+    spec_rows: torch.Tensor | None
+    copies: list[tuple[int, int, int]]
 
 
 class GdnPageTables:
@@ -65,13 +81,12 @@ class GdnPageTables:
             self.windows.pop(request_id, None)
 
     def lay_out(self, out: SchedulerOutput, meta: StepMetadata, caches: ModelCaches,
-                num_accepted: dict[str, int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The step's state rows per group in ``meta``'s row order: (gdn_state_indices [G, N] int32,
-        gdn_spec_state_indices [G, num_decodes, 1 + k] int32 or None without speculation), checked against
-        the pool; makes the step's state copies in ``caches`` first (align mode). Points
-        ``meta.state_indices`` and ``meta.spec_state_indices`` at group 0's rows, so that
-        ``StepMetadata.validate`` checks them as the ops would. num_accepted: the speculative decoder's
-        accepted counts (align mode with speculation resets a moved row's to 1, here and in ``meta``)."""
+                num_accepted: dict[str, int] | None = None) -> GdnStepRows:
+        """The step's state rows per group in ``meta``'s row order and its copies, checked against the pool
+        (nothing is written: ``copy_states`` makes the copies). Points ``meta.state_indices`` and
+        ``meta.spec_state_indices`` at group 0's rows, so that ``StepMetadata.validate`` checks them as the
+        ops would. num_accepted: the speculative decoder's accepted counts (align mode with speculation
+        resets a moved row's to 1, here and in ``meta``)."""
         groups, req_ids = self.num_gdn_groups, meta.req_ids
         tables = out.group_block_ids
         copies = []
@@ -101,8 +116,12 @@ class GdnPageTables:
                 check.indices("GdnPageTables", f"group {g} speculative state rows", spec_rows[g].reshape(-1),
                               caches.num_blocks, allow_padding=False)
         if copies:
-            copy_states(caches, copies)
-        return state_rows, spec_rows
+            pages = torch.tensor([c[1:] for c in copies], dtype=torch.int64)
+            check.indices("GdnPageTables", "copy destinations", pages[:, 1], caches.num_blocks, allow_padding=False)
+            if int(pages[:, 0].min()) < 1 or int(pages[:, 0].max()) >= caches.num_blocks:
+                raise ValueError(f"GdnPageTables: copy sources must be pages in [1, {caches.num_blocks}), got "
+                                 f"{pages[:, 0].tolist()}")
+        return GdnStepRows(state_rows, spec_rows, copies)
 
     def _spec_windows(self, out: SchedulerOutput, meta: StepMetadata, num_accepted: dict[str, int]):
         """Align mode with speculation: each request's state column and window, and the copies of states

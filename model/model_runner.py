@@ -18,7 +18,7 @@ from .. import ops
 from ..scheduling import SchedulerOutput, StepMetadata, build_step_metadata
 from .backends import backend_chooser
 from .config import Qwen35Config
-from .gdn_pages import GdnPageTables
+from .gdn_pages import GdnPageTables, GdnStepRows, copy_states
 from .input_batch import InputBatch
 from .kv_cache import MemoryPlan, ModelCaches, allocate_caches, num_gdn_groups
 from .qwen3_5 import Qwen35ForCausalLM
@@ -58,7 +58,8 @@ def one_request_output(request_id: str, token_ids: list[int], block_ids: list[in
         num_computed_tokens={request_id: num_computed_tokens}, token_ids={request_id: list(token_ids)},
         block_ids={request_id: list(block_ids)},
         new_block_ids={request_id: list(block_ids if new_block_ids is None else new_block_ids)},
-        group_block_ids={request_id: (*map(list, gdn_block_ids), list(block_ids))}, num_cached_tokens={request_id: 0} if new else {},
+        group_block_ids={request_id: (*map(list, gdn_block_ids), list(block_ids))},
+        num_cached_tokens={request_id: 0} if new else {},
         scheduled_spec_decode_tokens={}, state_slots={request_id: state_slot}, sampling_req_ids=[request_id],
         new_req_ids=[request_id] if new else [], resumed_req_ids=[], preempted_req_ids=set(),
         finished_req_ids=set(), num_free_blocks=0, block_size=block_size)
@@ -221,11 +222,16 @@ class ModelRunner:
                                                            self.token_at, self.caches, step_inputs)
         return result
 
-    def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None, gdn_rows=None):
-        """Check the CPU layout once, derive, move, and run the model with the ops trusting the metadata."""
+    def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None,
+                 gdn_rows: GdnStepRows | None = None):
+        """Check the CPU layout once, derive, move, make the GDN state copies (align mode), and run the model
+        with the ops trusting the metadata."""
         meta.validate(num_blocks=caches.num_blocks, block_size=caches.block_size,
                       num_state_slots=caches.num_state_slots)
-        inputs = StepInputs.build(meta, self.device, self._units_builder(caches), gdn_rows)
+        rows = None if gdn_rows is None else (gdn_rows.state_rows, gdn_rows.spec_rows)
+        inputs = StepInputs.build(meta, self.device, self._units_builder(caches), rows)
+        if gdn_rows is not None and gdn_rows.copies:
+            copy_states(caches, gdn_rows.copies)
         with ops.trusted_metadata():
             hidden = self.model.forward(inputs, caches, kv_observer=kv_observer)
         return hidden, inputs

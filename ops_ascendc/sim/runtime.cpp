@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "launch.h"
@@ -43,6 +44,10 @@ namespace {
 constexpr uint32_t kFlagIds = 16;      // CrossCoreSetFlag ids 0..15
 constexpr uint32_t kFlagCounterMax = 15;  // the per-id counter is 4 bits wide and saturates
 constexpr uint32_t kGranule = 4;       // bytes of GM per race-shadow entry
+// Race-shadow entries per shadow page. The shadow is allocated page by page as GM is touched: a kernel
+// given a large buffer (an engine's whole state pool, of which a step touches a few rows) costs only the
+// pages it touches, not four times the buffer's bytes.
+constexpr uint64_t kShadowPage = 4096;
 
 using Clock = std::vector<uint32_t>;
 
@@ -94,7 +99,7 @@ struct LaunchShared {
   Barrier barriers[2];   // [0]: SyncAll of the AIVs only, [1]: of every core
   // ---- race shadow of the writable GM regions, under shadowMu
   std::mutex shadowMu;
-  std::vector<std::vector<Shadow>> shadow;
+  std::vector<std::unordered_map<uint64_t, std::vector<Shadow>>> shadow;  // per region: page -> entries
 };
 
 namespace {
@@ -185,11 +190,15 @@ void TrackGm(const char* call, size_t r, const uint8_t* p, uint64_t bytes, bool 
   std::string problem;
   {
     std::lock_guard<std::mutex> lock(l.shadowMu);
-    std::vector<Shadow>& sh = l.shadow[r];
-    if (sh.empty()) sh.resize((reg.bytes + kGranule - 1) / kGranule);
+    std::unordered_map<uint64_t, std::vector<Shadow>>& pages = l.shadow[r];
     const uint64_t g0 = off / kGranule, g1 = (off + bytes + kGranule - 1) / kGranule;
+    std::vector<Shadow>* page = nullptr;
     for (uint64_t g = g0; g < g1 && problem.empty(); ++g) {
-      Shadow& s = sh[g];
+      if (page == nullptr || g % kShadowPage == 0) {
+        page = &pages[g / kShadowPage];
+        if (page->empty()) page->resize(kShadowPage);
+      }
+      Shadow& s = (*page)[g % kShadowPage];
       const bool unseenWrite = s.wcore >= 0 && static_cast<uint32_t>(s.wcore) != me && vc[s.wcore] < s.wepoch;
       const bool unseenRead = s.rcore >= 0 && static_cast<uint32_t>(s.rcore) != me && vc[s.rcore] < s.repoch;
       char b[512];

@@ -233,6 +233,14 @@ def test_cross_core_race_is_reported(cube_messages, case):
     assert read or write, message
 
 
+def test_race_is_reported_pages_into_a_large_buffer(cube_messages):
+    """The race shadow is allocated page by page (4096 entries of 4 bytes): a race on page 3 of a 64 KiB buffer
+    is reported at its own bytes, and writes one page apart by different cores are not mistaken for one."""
+    message = cube_messages["race_write_write_far"][1]
+    assert "AscendC::GlobalTensor::SetValue: writes GM bytes 49156.. of 'ws' that" in message
+    assert cube_messages["mix_far_pages"][1] == ""
+
+
 def test_clean_mixed_kernels_pass(cube_messages):
     assert cube_messages["mix_ids"][1] == "", "AIC/AIV block and sub-block ids of a 1:2 mixed launch"
     assert cube_messages["syncall_orders"][1] == "", "SyncAll<false> orders every core's writes before the reads"

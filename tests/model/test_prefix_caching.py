@@ -5,8 +5,8 @@ boundary, several blocks and a bit, and the whole prompt. With prefix caching on
 with it off and logprobs agree within the float32 tolerance of the transformers parity tests
 (``MODEL_VS_TRANSFORMERS``, 1e-4): a hit changes only where the prefill chunks start (the attention reads
 the cached blocks instead of the chunk's own keys, the GDN chunked scan starts from the cached state), so
-only the float32 summation order differs (measured max |diff| ~5e-6). A wrong state (a missed copy, the
-wrong page) changes the logprobs by far more.
+only the float32 summation order differs (measured max |diff| 2.6e-6 over these cases on torch). A wrong
+state (a missed copy, the wrong page) changes the logprobs by far more.
 """
 import pytest
 import torch

@@ -114,3 +114,15 @@ def test_qwen_generate_prints_the_hit_rate(tmp_path, capsys):
                  "--no-enable-prefix-caching"]) == 0
     err = capsys.readouterr().err
     assert "prefix_caching=off" in err and "prefix cache:" not in err
+
+
+def test_gdn_state_pages_outside_the_pool_are_refused_before_any_write(text_checkpoint):
+    from qwen_ops.model.model_runner import one_request_output
+
+    llm = LLM(text_checkpoint, num_blocks=16, enable_prefix_caching=False)
+    runner = llm.model_runner
+    before = [t.clone() for t in (runner.caches.ssm_states[0], runner.caches.conv_states[0])]
+    runner.add_request("x", SamplingParams(max_tokens=1), torch.Generator())
+    with pytest.raises(ValueError, match="group 2 state rows"):
+        runner.execute(one_request_output("x", [1, 2], [1], 16, gdn_block_ids=([2], [3], [99])))
+    assert torch.equal(before[0], runner.caches.ssm_states[0]) and torch.equal(before[1], runner.caches.conv_states[0])

@@ -463,6 +463,21 @@ CUBE(race_write_write) {
   if (ASCEND_IS_AIC || GetSubBlockIdx() == 0) ws.SetValue(8, 2.0f);
 }
 
+// The same race four shadow pages into a 64 KiB buffer (the race shadow is allocated page by page).
+CUBE(race_write_write_far) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  GlobalTensor<float> ws = Gm<float>(out, 65536);
+  if (ASCEND_IS_AIC || GetSubBlockIdx() == 0) ws.SetValue(12289, 2.0f);
+}
+
+// Clean: each core writes its own word, the words one shadow page (4096 words) apart: pages must not alias.
+CUBE(mix_far_pages) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  GlobalTensor<float> ws = Gm<float>(out, 65536);
+  const int64_t core = ASCEND_IS_AIC ? 0 : 1 + GetSubBlockIdx();
+  ws.SetValue(5 + 4096 * core, static_cast<float>(core));
+}
+
 // Clean: the ids a 1:2 mixed launch gives each core, written through GM.
 CUBE(mix_ids) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);

@@ -35,6 +35,7 @@ DECL(fixpipe_unwritten) DECL(fixpipe_unitflag_mismatch) DECL(fixpipe_unitflag_no
 DECL(kernel_type_mismatch) DECL(flag_in_vector_kernel) DECL(flag_pipe_s) DECL(flag_id_range) DECL(flag_mode)
 DECL(flag_saturation) DECL(deadlock) DECL(aic_waits_one_aiv) DECL(syncall_missing) DECL(syncall_default_on_aic)
 DECL(race_read_before_wait) DECL(race_ring_overwrite) DECL(mix_ids) DECL(syncall_orders)
+DECL(race_write_write_far) DECL(mix_far_pages)
 #undef DECL
 void cube_matmul(uint8_t*, uint8_t*, uint8_t*, uint8_t*);
 void mix_handoff(uint8_t*, uint8_t*, uint8_t*, uint8_t*);
@@ -42,7 +43,7 @@ void mix_handoff(uint8_t*, uint8_t*, uint8_t*, uint8_t*);
 
 namespace {
 
-std::vector<float> gCubeIn(4096, 1.0f), gCubeOut(4096, 0.0f);
+std::vector<float> gCubeIn(4096, 1.0f), gCubeOut(16384, 0.0f);  // "ws": 64 KiB, four race-shadow pages
 
 std::string RunCube(const char* name, void (*fn)(uint8_t*, uint8_t*), LaunchKind kind, uint32_t blocks) {
   std::vector<qwen_sim::GmRegion> regions = {{gCubeIn.data(), gCubeIn.size() * 4, false, "in"},
@@ -74,7 +75,7 @@ int CubeChecks() {
       K(nd2nz_src_pitch, C, 1, 1) K(nd2nz_empty, C, 1, 1) K(position_c1, C, 1, 1) K(loaddata_src_l0a, C, 1, 1)
       K(mmad_bias, C, 1, 1) K(fixpipe_bad_pair, C, 1, 1) K(fixpipe_nz_out, C, 1, 1) K(fixpipe_ndnum, C, 1, 1)
       K(syncall_false_in_vector_kernel, V, 1, 1) K(race_write_write, X, 1, 40)
-      K(mix_ids, X, 2, 1) K(syncall_orders, X, 2, 5)
+      K(mix_ids, X, 2, 1) K(syncall_orders, X, 2, 5) K(race_write_write_far, X, 1, 40) K(mix_far_pages, X, 1, 5)
 #undef K
   };
   for (const Case& c : cases) {
