@@ -106,9 +106,9 @@ class LLMEngine:
         enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
             boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
             ``gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
-            generative hybrid models, except with speculative decoding (MTP with prefix caching is
-            not supported yet: True with ``speculative_config`` raises ValueError). Needs chunked
-            prefill (ValueError otherwise). ``RequestOutput.num_cached_tokens`` is each request's hit.
+            generative hybrid models, with speculative decoding too (then a hit stops one block short,
+            vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
+            ``RequestOutput.num_cached_tokens`` is each request's hit.
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
             chosen backend does not implement run on the device's default backend
             (``backend_summary()`` says which).
@@ -126,9 +126,10 @@ class LLMEngine:
         calibration_prompts: prompts (text or token ids) for INT8 calibration.
         speculative_config: None, or ``{"method": "mtp", "num_speculative_tokens": k}`` (vLLM's
             spelling): the checkpoint's MTP head drafts k tokens a step and one target forward verifies
-            them (``spec_decode.py``). Supported so far: greedy requests (temperature 0) without
-            logprobs, prompts of >= 2 tokens, a KV cache of the model dtype, no prefix caching;
-            the rest is refused with ValueError. Statistics in ``RequestOutput.metrics`` (``spec_*``).
+            them (``spec_decode.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
+            ``draft_sample_method``), logprobs, any prompt length, either KV cache dtype (an int8 one
+            calibrates the MTP layers' scales), with or without prefix caching. Statistics in
+            ``RequestOutput.metrics`` (``spec_*``).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, dtype: str = "float32", kv_cache_dtype: str = "auto",
@@ -157,9 +158,6 @@ class LLMEngine:
             raise ValueError("LLM(enable_prefix_caching=True) needs enable_chunked_prefill=True on a hybrid model "
                              "such as Qwen3.5: its GDN states are cached at block-aligned chunk ends (vLLM's align "
                              "mode); pass enable_prefix_caching=False to run without chunked prefill")
-        if enable_prefix_caching and speculative_config is not None:
-            raise ValueError("LLM(enable_prefix_caching=True) with speculative_config is not supported yet (MTP "
-                             "speculation with prefix caching); pass enable_prefix_caching=False")
         if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
             raise ValueError(f"LLM(max_num_batched_tokens={max_num_batched_tokens}) must be >= "
                              f"max_num_seqs={max_num_seqs}: every running request may decode in one step")
@@ -198,7 +196,7 @@ class LLMEngine:
         self.speculative_config = self._speculation(speculative_config, max_num_batched_tokens, backend)
         groups = num_gdn_groups(self.config)
         if enable_prefix_caching is None:  # vLLM 0.33: on for generative hybrid models (see the docstring)
-            enable_prefix_caching = speculative_config is None and (enable_chunked_prefill or groups == 0)
+            enable_prefix_caching = enable_chunked_prefill or groups == 0
         self.enable_prefix_caching = enable_prefix_caching
         requested_block_size = block_size
         block_size = pool_block_size(self.config, block_size, self.dtype, self.kv_cache_dtype)
@@ -210,14 +208,17 @@ class LLMEngine:
         # A request's GDN pages in the pool: "none" mode one per group (plus one per draft token, the
         # 1 + k state rows of speculation), align mode at most 2 live ones per group (older ones go to
         # the cache), as vLLM's scheduler counts them.
-        gdn_pages = groups * (2 if enable_prefix_caching else 1 + self.num_speculative_tokens)
+        gdn_pages = groups * ((2 if enable_prefix_caching else 1) + self.num_speculative_tokens)
         state_rows = 1 + self.num_speculative_tokens
+        # The MTP layers keep their own KV caches on the same blocks.
+        mtp_layers = len(self.model_runner.spec.mtp.layer_ids) if self.model_runner.spec is not None else 0
         self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
-            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows)
+            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows,
+            mtp_layers)
         self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
                                 max_num_seqs=max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype,
                                 kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
-                                state_rows_per_request=state_rows)
+                                state_rows_per_request=state_rows, num_mtp_layers=mtp_layers)
         self.kv_cache_memory_gib = kv_cache_memory_gib
 
         kv_scales = None
@@ -258,15 +259,12 @@ class LLMEngine:
             return None
         parsed = parse_speculative_config(value, num_mtp_layers=count_mtp_layers(self.model_dir, self.config),
                                           max_num_batched_tokens=max_num_batched_tokens, model_name=self.model_dir)
-        if self.kv_cache_dtype == torch.int8:
-            raise ValueError("LLM(speculative_config=...) with kv_cache_dtype='int8' is not supported yet "
-                             "(the MTP layer's KV cache has no int8 scales)")
         self.model_runner.enable_speculation(Qwen35MTP.from_pretrained(self.model_dir, self.model, backend),
                                              parsed.num_speculative_tokens)
         return parsed
 
     def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks,
-                               gdn_pages, state_rows) -> tuple[int, str]:
+                               gdn_pages, state_rows, mtp_layers=0) -> tuple[int, str]:
         """(max_model_len, why): the given one; else the config's, or the longest the budget holds if shorter."""
         if given is not None:
             return given, "given"
@@ -276,7 +274,7 @@ class LLMEngine:
         fits = fit_max_model_len(self.config, budget_bytes=int(budget_gib * 2**30), block_size=block_size,
                                  max_num_seqs=max_num_seqs, dtype=self.dtype, kv_dtype=self.kv_cache_dtype,
                                  num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
-                                 state_rows_per_request=state_rows)
+                                 state_rows_per_request=state_rows, num_mtp_layers=mtp_layers)
         if fits >= configured:
             return configured, "the config's max_position_embeddings"
         if fits < 2:
@@ -320,19 +318,39 @@ class LLMEngine:
                 f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
 
     def _int8_scales(self, checkpoint_scales, calibration_prompts, block_size):
-        """Per-layer (k_scale, v_scale) [Hkv, D]: the checkpoint's, else calibrated; and where they came from."""
+        """Per-layer (k_scale, v_scale) [Hkv, D]: the checkpoint's, else calibrated; and where they came from.
+
+        With MTP speculation the head's layers (KV layer ids ``num_hidden_layers + i``) are always calibrated,
+        on the same prompts, by the head run over the target's hidden states of each prompt (``spec_decode``)."""
         scales = checkpoint_kv_scales(self.config, checkpoint_scales)
+        token_lists = None
         if scales is not None:
-            return scales, "checkpoint (msModelSlim kv_cache_scale tensors)"
+            source = "checkpoint (msModelSlim kv_cache_scale tensors)"
+        else:
+            token_lists = self._calibration_token_lists(calibration_prompts)
+            scales, total = calibrate_kv_scales(
+                self.config, token_lists,
+                lambda ids, observe: self.score(ids, kv_observer=observe, block_size=block_size))
+            source = f"calibrated from absmax over {total} tokens of {len(token_lists)} prompt(s)"
+        spec = self.model_runner.spec
+        if spec is not None:
+            token_lists = token_lists or self._calibration_token_lists(calibration_prompts)
+            mtp_scales, total = calibrate_kv_scales(
+                self.config, token_lists,
+                lambda ids, observe: spec.observe_calibration_kv(self.model_runner, ids, observe, block_size),
+                layers=spec.mtp.layer_ids)
+            scales = {**scales, **mtp_scales}
+            source += f"; MTP layer(s) calibrated from absmax over {total} tokens"
+        return scales, source
+
+    def _calibration_token_lists(self, calibration_prompts) -> list[list[int]]:
         prompts = list(calibration_prompts) if calibration_prompts else [self._default_calibration_tokens()]
         token_lists = []
         for prompt in prompts:
             ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
             self._check_token_ids(ids, "calibration prompt")
             token_lists.append(ids)
-        scales, total = calibrate_kv_scales(
-            self.config, token_lists, lambda ids, observe: self.score(ids, kv_observer=observe, block_size=block_size))
-        return scales, f"calibrated from absmax over {total} tokens of {len(prompts)} prompt(s)"
+        return token_lists
 
     def _default_calibration_tokens(self) -> list[int]:
         ids = self.tokenizer.encode(CALIBRATION_TEXT * 2)
@@ -386,21 +404,7 @@ class LLMEngine:
                              f"to generate (a prompt may have at most {self.max_model_len - 1} tokens)")
         if any(t >= self.config.vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids must be < vocab_size={self.config.vocab_size}")
-        if self.speculative_config is not None:
-            self._check_speculative_request(ids, params)
         return text, ids, params
-
-    @staticmethod
-    def _check_speculative_request(ids: list[int], params: SamplingParams) -> None:
-        """What MTP speculative decoding serves so far (see the class docstring)."""
-        if params.temperature != 0:
-            raise ValueError(f"speculative decoding supports greedy requests only so far (temperature=0), got "
-                             f"temperature={params.temperature}")
-        if params.logprobs is not None:
-            raise ValueError("speculative decoding does not return logprobs yet (SamplingParams.logprobs)")
-        if len(ids) < 2:
-            raise ValueError("speculative decoding needs prompts of at least 2 tokens so far (a 1-token prompt "
-                             "would run with placeholder drafts)")
 
     def add_request(self, prompt: str | list[int], sampling_params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -465,7 +469,11 @@ class LLMEngine:
         if result.new_token_ids:
             tracked.token_ids.extend(result.new_token_ids)
             if tracked.logprobs is not None:
-                tracked.logprobs.append(logprobs[result.request_id])
+                step_logprobs = logprobs[result.request_id]
+                if isinstance(step_logprobs, list):  # speculation: one per sampled token; keep the kept tokens'
+                    tracked.logprobs.extend(step_logprobs[:len(result.new_token_ids)])
+                else:
+                    tracked.logprobs.append(step_logprobs)
             if tracked.first_token_time is None:
                 tracked.first_token_time = now
         if result.finished:

@@ -67,10 +67,13 @@ def _dtype_bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def bytes_per_block(config: Qwen35Config, block_size: int, kv_dtype: torch.dtype) -> int:
-    """Bytes of one KV block over all full-attention layers (keys and values)."""
+def bytes_per_block(config: Qwen35Config, block_size: int, kv_dtype: torch.dtype, num_mtp_layers: int = 0) -> int:
+    """Bytes of one KV block over all full-attention layers (keys and values), plus ``num_mtp_layers`` MTP
+    layers: with MTP speculation each MTP layer has a paged KV cache of the same shape on the same blocks."""
+    if isinstance(num_mtp_layers, bool) or not isinstance(num_mtp_layers, int) or num_mtp_layers < 0:
+        raise ValueError(f"plan_memory: num_mtp_layers must be an int >= 0, got {num_mtp_layers!r}")
     per_layer = 2 * config.num_key_value_heads * block_size * config.head_dim * _dtype_bytes(kv_dtype)
-    return per_layer * len(config.full_attention_layers)
+    return per_layer * (len(config.full_attention_layers) + num_mtp_layers)
 
 
 def bytes_per_state_slot(config: Qwen35Config, dtype: torch.dtype) -> int:
@@ -125,10 +128,11 @@ def pool_block_size(config: Qwen35Config, block_size: int, dtype: torch.dtype, k
 
 
 def bytes_per_pool_block(config: Qwen35Config, block_size: int, kv_dtype: torch.dtype,
-                         dtype: torch.dtype) -> int:
-    """Bytes of one block of the one page pool: every attention layer's K/V page plus, per position in a GDN
-    group, one GDN state row (``allocate_caches(gdn_in_pages=True)``)."""
-    return bytes_per_block(config, block_size, kv_dtype) + _gdn_pool_sets(config) * gdn_page_bytes(config, dtype)
+                         dtype: torch.dtype, num_mtp_layers: int = 0) -> int:
+    """Bytes of one block of the one page pool: every attention layer's K/V page (the ``num_mtp_layers`` MTP
+    layers' too) plus, per position in a GDN group, one GDN state row (``allocate_caches(gdn_in_pages=True)``)."""
+    return bytes_per_block(config, block_size, kv_dtype, num_mtp_layers) \
+        + _gdn_pool_sets(config) * gdn_page_bytes(config, dtype)
 
 
 def weight_bytes(config: Qwen35Config, dtype: torch.dtype) -> int:
@@ -173,7 +177,7 @@ class MemoryPlan:
 def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: int, max_num_seqs: int,
                 max_model_len: int, dtype: torch.dtype, kv_dtype: torch.dtype,
                 num_blocks: int | None = None, gdn_pages_per_request: int = 0,
-                state_rows_per_request: int = 1) -> MemoryPlan:
+                state_rows_per_request: int = 1, num_mtp_layers: int = 0) -> MemoryPlan:
     """Size the one page pool.
 
     Every block costs ``bytes_per_pool_block`` (its attention pages and its GDN
@@ -183,11 +187,13 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     one per GDN group and state row in "none" mode; align mode holds at most 2
     per group and caches more, which the cap does not limit); ``num_blocks``
     overrides that. ``state_rows_per_request`` (1 + k with k speculative tokens)
-    is checked; its rows are among ``gdn_pages_per_request``.
+    is checked; its rows are among ``gdn_pages_per_request``. ``num_mtp_layers``
+    MTP layers (speculation) keep their own KV caches on the same blocks: a block
+    costs theirs too, and ``kv_bytes`` includes them.
     """
     _check_state_rows(state_rows_per_request)
-    attention_block = bytes_per_block(config, block_size, kv_dtype)
-    block_bytes = max(bytes_per_pool_block(config, block_size, kv_dtype, dtype), 1)
+    attention_block = bytes_per_block(config, block_size, kv_dtype, num_mtp_layers)
+    block_bytes = max(bytes_per_pool_block(config, block_size, kv_dtype, dtype, num_mtp_layers), 1)
     blocks_per_seq = -(-max_model_len // block_size) + _gdn_pages(gdn_pages_per_request)
     if num_blocks is None:
         useful = max_num_seqs * blocks_per_seq + NUM_RESERVED_BLOCKS
@@ -204,8 +210,7 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
         raise ValueError(f"num_blocks must be >= {1 + NUM_RESERVED_BLOCKS} (block 0 is reserved), got {num_blocks}")
     return MemoryPlan(num_blocks=num_blocks, num_state_slots=0, max_num_seqs=max_num_seqs,
                       kv_bytes=num_blocks * attention_block,
-                      state_bytes=num_blocks * (bytes_per_pool_block(config, block_size, kv_dtype, dtype)
-                                                - attention_block),
+                      state_bytes=num_blocks * (block_bytes - attention_block),
                       budget_bytes=budget_bytes, state_rows_per_request=state_rows_per_request)
 
 
@@ -275,16 +280,17 @@ def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, n
 
 def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: int, max_num_seqs: int,
                       dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None,
-                      gdn_pages_per_request: int = 0, state_rows_per_request: int = 1) -> int:
+                      gdn_pages_per_request: int = 0, state_rows_per_request: int = 1,
+                      num_mtp_layers: int = 0) -> int:
     """The longest request (in tokens, a whole number of blocks) that ``plan_memory`` can hold in the budget.
 
     The blocks the budget holds (``bytes_per_pool_block`` each, or ``num_blocks``),
     less the null block and the request's GDN state pages (``gdn_pages_per_request``),
     all go to one request. 0 when not even one block fits. ``max_num_seqs`` does not
     change it (kept for the caller's symmetry with ``plan_memory``), nor does
-    ``state_rows_per_request`` (checked; its rows are pages).
+    ``state_rows_per_request`` (checked; its rows are pages). ``num_mtp_layers``: ``plan_memory``'s.
     """
     _check_state_rows(state_rows_per_request)
     if num_blocks is None:
-        num_blocks = budget_bytes // max(bytes_per_pool_block(config, block_size, kv_dtype, dtype), 1)
+        num_blocks = budget_bytes // max(bytes_per_pool_block(config, block_size, kv_dtype, dtype, num_mtp_layers), 1)
     return max(0, num_blocks - NUM_RESERVED_BLOCKS - _gdn_pages(gdn_pages_per_request)) * block_size

@@ -42,8 +42,12 @@ def checkpoint_kv_scales(config: Qwen35Config, checkpoint_scales: dict[str, torc
     return scales
 
 
-def calibrate_kv_scales(config: Qwen35Config, prompts: Iterable[list[int]], score: ScoreFn) -> tuple[KVScales, int]:
-    """Absmax / 127 over the keys and values of every prompt; returns (scales, tokens seen)."""
+def calibrate_kv_scales(config: Qwen35Config, prompts: Iterable[list[int]], score: ScoreFn,
+                        layers: Iterable[int] | None = None) -> tuple[KVScales, int]:
+    """Absmax / 127 over the keys and values of every prompt; returns (scales, tokens seen).
+
+    layers: the KV layer ids to return scales for (default: the config's full-attention layers; the MTP
+    head's layers are ``num_hidden_layers + i``)."""
     amax: dict[int, list[torch.Tensor]] = {}
 
     def observe(layer, key, value):
@@ -54,7 +58,7 @@ def calibrate_kv_scales(config: Qwen35Config, prompts: Iterable[list[int]], scor
     for ids in prompts:
         total += len(ids)
         score(ids, observe)
-    return {i: tuple(amax[i]) for i in config.full_attention_layers}, total
+    return {i: tuple(amax[i]) for i in (config.full_attention_layers if layers is None else layers)}, total
 
 
 def as_channel_scale(t: torch.Tensor, name: str, shape) -> torch.Tensor:

@@ -22,7 +22,7 @@ from .gdn_pages import GdnPageTables, GdnStepRows, copy_states
 from .input_batch import InputBatch
 from .kv_cache import MemoryPlan, ModelCaches, allocate_caches, num_gdn_groups
 from .qwen3_5 import Qwen35ForCausalLM
-from .sampling import SamplingParams, sample
+from .sampling import SamplingParams, logprob_entry, sample
 from .step_inputs import StepInputs
 
 WARM_UP_ID = "warm-up"
@@ -33,8 +33,9 @@ class ModelRunnerOutput:
     """What one step produced (vLLM's name).
 
     req_ids: the step's requests in row order (decodes first, then prefill chunks).
-    sampled_token_ids: the sampled tokens of each request that sampled.
-    logprobs: their ``{token: logprob}``, None where not asked.
+    sampled_token_ids: the sampled tokens of each request that sampled (with speculation: its accepted
+        drafts and one token of the target's).
+    logprobs: their ``{token: logprob}``, None where not asked; with speculation a list, one per sampled token.
     """
 
     req_ids: list[str] = field(default_factory=list)
@@ -97,7 +98,8 @@ class ModelRunner:
         """Allocate the one page pool the plan sized and the persistent batch (one row per possible running
         request). The GDN states live in the pool's pages (``gdn_pages.py``): in "none" mode a request's
         1 (+ k with speculation) pages per group, in align mode (``enable_prefix_caching``) the page of its
-        state column. With speculation the MTP layers get their own KV caches."""
+        state column. With speculation the MTP layers get their own KV caches (int8 ones need ``kv_scales`` of
+        the MTP layer ids too)."""
         self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
                                       num_state_slots=0, dtype=self.model.dtype, kv_dtype=kv_dtype,
                                       device=self.device, kv_scales=kv_scales, gdn_in_pages=True)
@@ -108,7 +110,7 @@ class ModelRunner:
         if self.spec is not None:
             from .mtp import add_mtp_kv_caches
 
-            add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device)
+            add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device, kv_scales)
         self.input_batch = InputBatch(plan.max_num_seqs, -(-max_model_len // block_size), block_size)
 
     def warm_up(self) -> None:
@@ -154,6 +156,10 @@ class ModelRunner:
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run one scheduled step: update the persistent batch, lay out, check, forward, sample."""
         out = scheduler_output
+        if self.spec is not None:
+            from .spec_decode import strip_placeholder_drafts
+
+            out = strip_placeholder_drafts(out)
         self.input_batch.update(out, self.sampling.__getitem__)
         for request_id in out.finished_req_ids:
             self.sampling.pop(request_id, None)
@@ -166,7 +172,8 @@ class ModelRunner:
             self.spec.lay_out_state_rows(prepared.batch)
         gdn_rows = None
         if self.gdn_pages is not None:  # after the speculative rows: the state rows are the group's pages
-            gdn_rows = self.gdn_pages.lay_out(out, prepared.batch, self.caches)
+            gdn_rows = self.gdn_pages.lay_out(out, prepared.batch, self.caches,
+                                              self.spec.num_accepted if self.spec is not None else None)
         hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows)
         result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
                                    num_prefills=prepared.num_prefills)
@@ -183,16 +190,27 @@ class ModelRunner:
         """Speculative decoding: rejection-sample the drafts, roll the batch's cursors back over the rejected
         ones, and draft the next k tokens of every request that sampled (``spec_decode.py``)."""
         if not prepared.sampling_req_ids:
+            # Prefill chunks that do not sample yet: the MTP head still runs over them, so that its KV cache
+            # holds their positions when it drafts later (vLLM's drafter runs on every step too).
+            if self._drafting:
+                with ops.trusted_metadata():
+                    self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None)
             return result
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
         emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
                                              prepared.generators)
         spec = out.scheduled_spec_decode_tokens
-        for request_id, tokens, a in zip(prepared.sampling_req_ids, emitted, accepted):
-            result.sampled_token_ids[request_id], result.logprobs[request_id] = tokens, None
-            rejected = len(spec.get(request_id, ())) - a
-            if rejected:
-                self.input_batch.roll_back(request_id, rejected)
+        first_row = 0  # each sampling request's rows of ``logits``: its drafts' rows, then its last row
+        for request_id, params, tokens, a in zip(prepared.sampling_req_ids, prepared.params, emitted, accepted):
+            num_drafts = len(spec.get(request_id, ()))
+            result.sampled_token_ids[request_id] = tokens
+            # One entry per emitted token, from the row that decided it (the engine keeps those the scheduler keeps).
+            result.logprobs[request_id] = None if params.logprobs is None else [
+                logprob_entry(row, token, params.logprobs)
+                for row, token in zip(logits[first_row:first_row + len(tokens)].log_softmax(-1), tokens)]
+            first_row += num_drafts + 1
+            if num_drafts - a:
+                self.input_batch.roll_back(request_id, num_drafts - a)
         if self._drafting:
             def step_inputs(meta):
                 meta.validate(num_blocks=self.caches.num_blocks, block_size=self.caches.block_size,

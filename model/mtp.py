@@ -213,7 +213,8 @@ class Qwen35MTP:
         return len(self.layers)
 
     @torch.inference_mode()
-    def forward(self, batch, hidden_states: torch.Tensor, caches, step: int = 0) -> torch.Tensor:
+    def forward(self, batch, hidden_states: torch.Tensor, caches, step: int = 0,
+                kv_observer=None) -> torch.Tensor:
         """One draft step over ``batch``; returns the MTP hidden states [T, H] (after ``mtp.norm``).
 
         ``batch`` is the step batch the target's layers read (the same fields),
@@ -224,6 +225,7 @@ class Qwen35MTP:
         layer's K/V; hidden_states [T, H] in the model dtype: the target's
         final hidden state at t for the first draft, the previous step's
         output for later ones. ``step`` selects layer ``step % num_layers``.
+        ``kv_observer(layer_id, key, value)``, when given, sees the layer's new K/V (INT8 calibration).
         """
         num_tokens = batch.input_ids.shape[0]
         if hidden_states.shape != (num_tokens, self.config.hidden_size):
@@ -235,7 +237,7 @@ class Qwen35MTP:
                      self.fc)
         attention, in_norm, post_norm, mlp = self.layers[step % self.num_layers]
         cos, sin = rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)
-        x = x + attention.forward(rms_norm_zero_centred(x, in_norm, eps), cos, sin, batch, caches)
+        x = x + attention.forward(rms_norm_zero_centred(x, in_norm, eps), cos, sin, batch, caches, kv_observer)
         x = x + mlp(rms_norm_zero_centred(x, post_norm, eps))
         return rms_norm_zero_centred(x, self.norm, eps)
 

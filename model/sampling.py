@@ -139,9 +139,17 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     if wanted:
         lp = logits[wanted].log_softmax(-1)
         for row, i in enumerate(wanted):
-            k = min(params[i].logprobs, vocab)
-            top_vals, top_ids = lp[row].topk(k) if k else (lp[row][:0], lp[row][:0].long())
-            entry = dict(zip(top_ids.tolist(), top_vals.tolist()))
-            entry[token_list[i]] = float(lp[row, token_list[i]])
-            logprobs[i] = entry
+            logprobs[i] = logprob_entry(lp[row], token_list[i], params[i].logprobs)
     return token_list, logprobs
+
+
+def logprob_entry(logprobs: torch.Tensor, token: int, num: int) -> dict[int, float]:
+    """``{token: logprob}`` of the ``num`` most likely tokens of one row plus the chosen ``token``.
+
+    logprobs: [V] float32, ``log_softmax`` of the row's raw logits (vLLM's default, ``raw_logprobs``).
+    """
+    k = min(num, logprobs.shape[-1])
+    top_vals, top_ids = logprobs.topk(k) if k else (logprobs[:0], logprobs[:0].long())
+    entry = dict(zip(top_ids.tolist(), top_vals.tolist()))
+    entry[token] = float(logprobs[token])
+    return entry

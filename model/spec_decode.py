@@ -49,6 +49,31 @@ class SpeculativeDecoder:
     def request_stats(self, request_id: str) -> SpecDecodingStats:
         return self.stats.setdefault(request_id, SpecDecodingStats(self.k))
 
+    @torch.inference_mode()
+    def observe_calibration_kv(self, runner, token_ids: list[int], observe, block_size: int) -> None:
+        """INT8 calibration of the MTP layers: run one prompt through the target and then through each MTP layer
+        on scratch caches of the model dtype, calling ``observe(layer_id, key, value)`` on the MTP layers' K/V.
+
+        The head sees what serving gives it: at position t the next token (the prompt's, then the target's
+        greedy one after the last position) and the target's final hidden state of t; layer i > 0 gets layer
+        i - 1's output, as draft i does. ``runner`` is the ``ModelRunner``; nothing of its serving state is used.
+        """
+        from .kv_cache import allocate_caches
+        from .mtp import add_mtp_kv_caches
+        from .model_runner import one_request_output
+
+        model, dtype = runner.model, runner.model.dtype
+        blocks = list(range(1, -(-len(token_ids) // block_size) + 1))
+        caches = allocate_caches(runner.config, num_blocks=len(blocks) + 1, block_size=block_size, num_state_slots=1,
+                                 dtype=dtype, kv_dtype=dtype, device=runner.device)
+        add_mtp_kv_caches(caches, runner.config, self.mtp.layer_ids, dtype, runner.device)
+        meta = build_step_metadata(one_request_output("calibration", list(token_ids), blocks, block_size))
+        hidden, inputs = runner._forward(meta, caches)
+        following = torch.cat([inputs.input_ids[1:], model.compute_logits(hidden[-1:]).argmax(-1)])
+        batch = dataclasses.replace(inputs, input_ids=following)
+        for step in range(self.mtp.num_layers):
+            hidden = self.mtp.forward(batch, hidden, caches, step=step, kv_observer=observe)
+
     def lay_out_state_rows(self, meta) -> None:
         """Map the scheduler's state slots to the pools' rows in ``meta`` (in place, on the CPU)."""
         if meta.state_indices.numel() == 0:
@@ -79,7 +104,8 @@ class SpeculativeDecoder:
     @torch.inference_mode()
     def propose(self, inputs, hidden: torch.Tensor, out: SchedulerOutput, emitted: dict[str, list[int]],
                 token_at: TokenSource, caches, step_inputs: Callable) -> dict[str, list[int]]:
-        """k greedy drafts for each request in ``emitted`` (those that sampled), from the MTP head.
+        """k greedy drafts for each request in ``emitted`` (those that sampled), from the MTP head; with none
+        (a step of prefill chunks only) the head's first pass still runs, for its KV of the step's positions.
 
         inputs: the step's StepInputs (on the device), hidden: the target's final hidden states [T, H];
         step_inputs(meta) -> a validated StepInputs on the device for the further draft steps.
@@ -101,6 +127,9 @@ class SpeculativeDecoder:
                 following.append(token_at(request_id, context + len(tokens)))
             shifted += [t if t >= 0 else 0 for t in following]
         batch = dataclasses.replace(inputs, input_ids=torch.tensor(shifted, device=hidden.device))
+        if not sample_rows:  # nothing to draft: the pass only writes the head's KV of the step's positions
+            self.mtp.forward(batch, hidden[: len(shifted)], caches, step=0)
+            return {}
         batch.logits_indices = torch.tensor(sample_rows, device=hidden.device)
         token, h = self.mtp.greedy_draft(batch, hidden[: len(shifted)], caches, step=0)
         sampled = [r for r in inputs.req_ids if r in emitted]
@@ -113,6 +142,32 @@ class SpeculativeDecoder:
             for r, t in zip(sampled, token.tolist()):
                 drafts[r].append(int(t))
         return drafts
+
+
+def strip_placeholder_drafts(out: SchedulerOutput) -> SchedulerOutput:
+    """``out`` without the placeholder drafts (-1) the scheduler pads requests with, as a copy (``out`` itself
+    when it has none); the scheduler keeps ``out`` and rolls the padded rows back as rejected drafts.
+
+    vLLM's scheduler pads a request that has one token left to schedule (a 1-token prompt joining running
+    requests, or a prefix-cache hit of all but one token) to 1 + k rows, so that every decode row has the same
+    shape for its CUDA graphs. Run as they are, those rows would be wrong here: a request at cursor 0 is a
+    prefill chunk, whose GDN/conv state would be the state after the placeholder tokens. Without graphs the
+    padding buys nothing, so the model runner runs such a request as its one real token: the same logits row
+    for that token, the same emitted token (placeholders are always rejected), the right state.
+    """
+    spec = out.scheduled_spec_decode_tokens
+    padded = [r for r, drafts in spec.items() if drafts and drafts[0] < 0] if spec else []
+    if not padded:
+        return out
+    num_scheduled, token_ids = dict(out.num_scheduled_tokens), dict(out.token_ids)
+    for request_id in padded:
+        num_placeholders = len(spec[request_id])
+        num_scheduled[request_id] -= num_placeholders
+        token_ids[request_id] = token_ids[request_id][:-num_placeholders]
+    return dataclasses.replace(
+        out, num_scheduled_tokens=num_scheduled, token_ids=token_ids,
+        total_num_scheduled_tokens=out.total_num_scheduled_tokens - sum(len(spec[r]) for r in padded),
+        scheduled_spec_decode_tokens={r: d for r, d in spec.items() if r not in padded})
 
 
 def _decode_output(req_ids: list[str], positions: list[int], tokens: list[int],

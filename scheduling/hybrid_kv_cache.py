@@ -18,6 +18,12 @@ Two modes, as vLLM's MambaSpec.mamba_cache_mode:
 
 Prefix-cache keys carry the group id (one byte after the block hash), so the
 same prefix is cached separately in every group.
+
+With an MTP (EAGLE-style) drafter (num_speculative_tokens > 0) and caching, as
+vLLM's coordinator with use_eagle: a hit must be followed by one more matching
+attention block, which is then dropped (recomputed), because the drafter's KV at
+a block's last position was computed from the next block's first token; the GDN
+states are kept one block lower to match (vLLM's replay_boundaries).
 """
 
 from dataclasses import dataclass, field
@@ -218,6 +224,8 @@ class HybridKVCacheManager:
         # Read for every running request every step: bound once.
         self._group_tables = [group.tables for group in self.gdn_groups]
         self._group_num_cached = [group.num_cached for group in self.gdn_groups]
+        # vLLM's use_eagle: an MTP drafter keeps its own KV on the attention blocks (see the module docstring).
+        self.use_eagle = enable_caching and num_speculative_tokens > 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -245,7 +253,9 @@ class HybridKVCacheManager:
         Attention scans left to right; the GDN groups then scan right to left up
         to the attention hit and need only the one state block at the boundary.
         Sets request.shared_prefix_boundary to the attention hit when the GDN
-        hit is shorter (a shared prefix whose state is not cached yet).
+        hit is shorter (a shared prefix whose state is not cached yet). With
+        use_eagle the hit stops one matched attention block short (vLLM's drop
+        of the EAGLE/MTP drafter's last block), and so does the boundary.
         """
         request.shared_prefix_boundary = 0
         if not self.enable_caching:
@@ -258,7 +268,8 @@ class HybridKVCacheManager:
                 break
             attention.append(block)
         gdn, num_hit_blocks = [], 0
-        for i in range(len(attention) - 1, -1, -1):
+        usable = len(attention) - 1 if self.use_eagle else len(attention)  # the block after the hit must match
+        for i in range(usable - 1, -1, -1):
             blocks = []
             for group in range(self.num_gdn_groups):
                 block = lookup(_group_key(hashes[i], group))
@@ -268,8 +279,8 @@ class HybridKVCacheManager:
             if len(blocks) == self.num_gdn_groups:
                 gdn, num_hit_blocks = blocks, i + 1
                 break
-        if num_hit_blocks < len(attention):
-            request.shared_prefix_boundary = len(attention) * size
+        if num_hit_blocks < usable:
+            request.shared_prefix_boundary = usable * size
         hit = PrefixHit(attention[:num_hit_blocks], gdn, num_hit_blocks * size)
         return hit, hit.num_tokens
 
@@ -373,7 +384,12 @@ class HybridKVCacheManager:
         if not self.enable_caching:
             return
         num_tokens -= num_tokens % self.block_size
-        boundaries = [request.num_prompt_tokens - 1]
+        if self.use_eagle:
+            # vLLM's replay_boundaries with use_eagle: a resend and a longer sibling hit one block lower.
+            size, n = self.block_size, request.num_prompt_tokens
+            boundaries = sorted({max((n - 1) // size * size - size, 0), max(n // size * size - size, 0)})
+        else:
+            boundaries = [request.num_prompt_tokens - 1]
         if request.shared_prefix_boundary:
             boundaries.append(request.shared_prefix_boundary)
         for group in self.gdn_groups:

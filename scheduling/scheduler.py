@@ -381,7 +381,9 @@ class Scheduler:
         at chunk ends, so a chunk that does not finish the prefill ends on a
         block boundary (a block wider than the budget may end mid-block and
         re-align at the next boundary). A chunk also stops at the last cacheable
-        position ((num_tokens - 1) // B * B) and at a shared-prefix junction.
+        position ((num_tokens - 1) // B * B; with an MTP drafter's block drop, as
+        vLLM's get_mamba_prefill_checkpoint_position, num_tokens // B * B - B)
+        and at a shared-prefix junction.
         """
         start = request.num_computed_tokens + num_new_cached
         prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
@@ -396,7 +398,10 @@ class Scheduler:
             aligned_end = end // size * size
             if aligned_end > start or size <= max_chunk:
                 end = aligned_end
-        stops = [(request.num_tokens - 1) // size * size]  # the last cacheable block boundary
+        if getattr(self.kv_cache, "use_eagle", False):
+            stops = [max(request.num_tokens // size * size - size, 0)]  # a hit drops the drafter's last block
+        else:
+            stops = [(request.num_tokens - 1) // size * size]  # the last cacheable block boundary
         if start % size:
             stops.append((start // size + 1) * size)  # a chunk starting mid-block ends at its boundary
         junction = request.shared_prefix_boundary

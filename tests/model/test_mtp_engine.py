@@ -136,18 +136,6 @@ def test_checkpoint_without_mtp_weights(text_checkpoint):
         LLM(text_checkpoint, speculative_config=mtp(1), **ENGINE)
 
 
-def test_unsupported_requests_are_refused(text_mtp_checkpoint):
-    llm = LLM(text_mtp_checkpoint, speculative_config=mtp(1), **ENGINE)
-    for params, prompt, match in ((SamplingParams(max_tokens=2, temperature=1.0), [1, 2], "greedy requests only"),
-                                  (SamplingParams(max_tokens=2, temperature=0, logprobs=1), [1, 2], "logprobs"),
-                                  (GREEDY, [5], "at least 2 tokens")):
-        with pytest.raises(ValueError, match=match):
-            llm.generate([prompt], params)
-    assert not llm.has_unfinished_requests()
-    with pytest.raises(ValueError, match="int8"):
-        LLM(text_mtp_checkpoint, speculative_config=mtp(1), kv_cache_dtype="int8", **ENGINE)
-
-
 def test_cli_prints_speculation_statistics(text_mtp_checkpoint, capsys):
     # "x#%" is three byte tokens of the built-in tokenizer, inside the tiny checkpoint's 256-token vocabulary.
     assert main(["--model", text_mtp_checkpoint, "--prompt", "x#%", "--max-tokens", "5", "--temperature", "0",
