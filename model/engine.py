@@ -235,7 +235,9 @@ class LLMEngine:
             enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
             long_prefill_token_threshold=long_prefill_token_threshold,
             num_gdn_groups=groups,
-            num_speculative_tokens=self.num_speculative_tokens)
+            num_speculative_tokens=self.num_speculative_tokens,
+            # MTP is an EAGLE-style drafter (its KV at a position needs the next token): vLLM's use_eagle.
+            use_eagle=self.num_speculative_tokens > 0 and groups > 0)
         self.scheduler = Scheduler(self.scheduler_config)
         self.model_runner.token_at = lambda request_id, position: \
             self.scheduler.requests[request_id].all_token_ids[position]

@@ -29,6 +29,11 @@ class SchedulerConfig:
         one page per GDN group (plus num_speculative_tokens); with it ("align"
         mode) GDN page p holds the state after exactly (p + 1) * block_size tokens.
         block_size is then the final (page-size-raised) block size.
+    use_eagle: the drafter (MTP, EAGLE) keeps KV of its own at every position,
+        computed from the next token, so a prefix hit stops one matched block
+        short and align mode keeps GDN states one block lower (vLLM's
+        SpeculativeConfig.use_eagle(): True for "mtp"/"eagle", False for
+        "ngram"). Needs num_speculative_tokens > 0 and num_gdn_groups > 0.
     """
 
     max_num_batched_tokens: int
@@ -43,6 +48,7 @@ class SchedulerConfig:
     reserve_full_prompt: bool = True
     num_speculative_tokens: int = 0
     num_gdn_groups: int = 0
+    use_eagle: bool = False
 
     def __post_init__(self):
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len"):
@@ -50,7 +56,7 @@ class SchedulerConfig:
         _require_int("num_blocks", self.num_blocks, minimum=2)  # null block + one usable
         for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_gdn_groups"):
             _require_int(name, getattr(self, name), minimum=0)
-        for name in ("enable_chunked_prefill", "enable_prefix_caching", "reserve_full_prompt"):
+        for name in ("enable_chunked_prefill", "enable_prefix_caching", "reserve_full_prompt", "use_eagle"):
             if type(getattr(self, name)) is not bool:  # "no" or 0 would read as a silent True/False
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.policy not in POLICIES:
@@ -76,6 +82,10 @@ class SchedulerConfig:
                 f"num_speculative_tokens ({self.num_speculative_tokens}) must be < "
                 f"max_num_batched_tokens ({self.max_num_batched_tokens})"
             )
+        if self.use_eagle and (self.num_speculative_tokens == 0 or self.num_gdn_groups == 0):
+            # The attention-only manager does not drop the drafter's block; a hybrid model is what needs it.
+            raise ValueError(f"use_eagle=True needs num_speculative_tokens > 0 and num_gdn_groups > 0, got "
+                             f"{self.num_speculative_tokens} and {self.num_gdn_groups}")
         if self.num_gdn_groups > 255:  # group ids are one byte of the prefix-cache key
             raise ValueError(f"num_gdn_groups must be <= 255, got {self.num_gdn_groups}")
         if self.num_gdn_groups and self.enable_prefix_caching and not self.enable_chunked_prefill:

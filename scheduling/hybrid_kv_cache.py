@@ -211,7 +211,7 @@ class HybridKVCacheManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int, enable_caching: bool,
-                 num_gdn_groups: int, num_speculative_tokens: int):
+                 num_gdn_groups: int, num_speculative_tokens: int, use_eagle: bool = False):
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
@@ -224,8 +224,9 @@ class HybridKVCacheManager:
         # Read for every running request every step: bound once.
         self._group_tables = [group.tables for group in self.gdn_groups]
         self._group_num_cached = [group.num_cached for group in self.gdn_groups]
-        # vLLM's use_eagle: an MTP drafter keeps its own KV on the attention blocks (see the module docstring).
-        self.use_eagle = enable_caching and num_speculative_tokens > 0
+        # vLLM's use_eagle: an MTP drafter keeps its own KV on the attention blocks (see the module docstring);
+        # it changes only what prefix caching hits and keeps.
+        self.use_eagle = enable_caching and use_eagle
 
     @property
     def num_free_blocks(self) -> int:

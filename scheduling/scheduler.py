@@ -91,7 +91,7 @@ class Scheduler:
         if config.is_hybrid:
             self.kv_cache = HybridKVCacheManager(
                 config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching,
-                config.num_gdn_groups, config.num_speculative_tokens,
+                config.num_gdn_groups, config.num_speculative_tokens, use_eagle=config.use_eagle,
             )
         else:
             self.kv_cache = KVCacheManager(
@@ -398,7 +398,7 @@ class Scheduler:
             aligned_end = end // size * size
             if aligned_end > start or size <= max_chunk:
                 end = aligned_end
-        if getattr(self.kv_cache, "use_eagle", False):
+        if self.kv_cache.use_eagle:
             stops = [max(request.num_tokens // size * size - size, 0)]  # a hit drops the drafter's last block
         else:
             stops = [(request.num_tokens - 1) // size * size]  # the last cacheable block boundary

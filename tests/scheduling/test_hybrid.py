@@ -156,3 +156,25 @@ def test_hybrid_block_size_raises_the_attention_page_to_hold_a_gdn_page():
     assert hybrid_block_size(16, 512, 68608, kernel_block_alignment=128) == (256, 256 * 512)
     with pytest.raises(ValueError, match="gdn_page_bytes"):
         hybrid_block_size(16, 512, 0)
+
+
+@pytest.mark.parametrize("use_eagle, hit", [(False, 48), (True, 32)])
+def test_an_eagle_style_drafter_hits_one_block_short(use_eagle, hit):
+    # vLLM's use_eagle (MTP, EAGLE): the drafter's KV at a block's last position needs the next
+    # block's first token, so a hit stops one matched block short (and align mode keeps the GDN
+    # state there: get_mamba_prefill_checkpoint_position with drop_eagle_block); ngram-style
+    # drafts do not.
+    s = align_scheduler(num_speculative_tokens=1, use_eagle=use_eagle)
+    prompt = list(range(1, 51))  # 3 full blocks and 2 tokens
+    s.add_request(Request("a", prompt, 1))
+    run_to_end(s)
+    s.add_request(Request("b", prompt, 1))
+    assert s.schedule().num_cached_tokens == {"b": hit}
+
+
+@pytest.mark.parametrize("overrides", [dict(num_speculative_tokens=0, num_gdn_groups=3),
+                                       dict(num_speculative_tokens=1, num_gdn_groups=0)])
+def test_use_eagle_needs_draft_tokens_and_gdn_groups(overrides):
+    with pytest.raises(ValueError, match="use_eagle=True needs num_speculative_tokens > 0 and num_gdn_groups > 0"):
+        SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, block_size=16, num_blocks=64,
+                        max_model_len=256, use_eagle=True, **overrides)
