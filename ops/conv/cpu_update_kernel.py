@@ -12,21 +12,16 @@ the reference (``tests/ops/test_vectorized_cpu_forms.py``).
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
+
+from .._cpu_kernels import cpu_kernel
 
 F32 = torch.float32
 
 
-@functools.lru_cache(maxsize=None)
 def _kernel():
-    try:
-        from qwen_ops import _C
-    except ImportError:
-        return None
-    return getattr(_C, "causal_conv1d_update_cpu", None)
+    return cpu_kernel("causal_conv1d_update_cpu")
 
 
 def update_step(*, x, conv_states, weight, bias, cache_indices, activation):

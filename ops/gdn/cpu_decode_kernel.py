@@ -12,22 +12,16 @@ rounding; tested against the reference (``tests/ops/test_vectorized_cpu_forms.py
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
+from .._cpu_kernels import cpu_kernel
 from .reference_recurrent import l2normalize
 
 F32 = torch.float32
 
 
-@functools.lru_cache(maxsize=None)
 def _kernel():
-    try:
-        from qwen_ops import _C
-    except ImportError:
-        return None
-    return getattr(_C, "gdn_recurrent_decode_cpu", None)
+    return cpu_kernel("gdn_recurrent_decode_cpu")
 
 
 def decode_step(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
