@@ -1,14 +1,21 @@
 """The decode-path projections of the Qwen3.5-0.8B shape: F.linear against qwen_ops' small-M CPU kernel.
 
     python bench/e2e/bench_small_m_linear.py [--rows 1,8] [--repeats 5] [--shapes all|lm_head]
+    python bench/e2e/bench_small_m_linear.py --sweep [--sweep-rows 1,2,4,...] [--repeats 5]
+
+--sweep times F.linear against the kernel over numbers of rows M for one K = 128 shape (the tiny default
+model's lm_head, [248320, 128]) and K = 1024 / 3584 shapes of the 0.8B model, and prints for each shape
+the largest M up to which the kernel is faster at every M (the crossover that SMALL_M_MAX_ROWS follows).
 
 For each weight shape of the model's projections ([N, K] float32, random) and each number of rows M,
 the variants run interleaved over enough copies of the weight (``--stream-bytes`` in all, more than
 the last-level cache) that every call reads its weight from memory, as a decode step does (it reads
 3 GB of weights in turn); one weight called again and again would be timed from the cache. The variants run (A B C A B C ..., so a shared machine's load hits them alike): F.linear
 (MKL), ``(W @ x.T).T`` and ``torch.ops.qwen_ops.small_m_linear`` with each instruction set this CPU
-runs. Prints the median time, the weight bytes over that time (GB/s), the ratio to F.linear, and the
-largest difference from F.linear's result. The last lines weight the shapes by how often a decode
+runs, and ``torch.sum`` over the same weight copy (the read rate of a plain stream of the same bytes,
+the floor's denominator per shape). Prints the median time, the weight bytes over that time (GB/s), the
+ratio to F.linear, the kernel's rate against torch.sum's, and the largest difference from F.linear's
+result. The last lines weight the shapes by how often a decode
 step runs them (18 GDN + 6 attention layers, 24 MLPs, one lm_head) into a per-step projection time,
 beside the weights' bytes over ``torch.sum``'s read bandwidth measured in the same run.
 """
@@ -43,6 +50,13 @@ def variants(isas):
     return out
 
 
+SUM = "torch.sum (same bytes)"
+
+# The M sweep's shapes: (name, N, K).
+SWEEP_SHAPES = [("tiny lm_head", 248320, 128), ("0.8B mlp gate/up", 3584, 1024), ("0.8B gdn in_proj_qkv", 6144, 1024),
+                ("0.8B mlp down", 1024, 3584)]
+
+
 def interleaved_medians(fns, x, weights, repeats):
     """Median time of each ``fn(x, w)``; each call takes the next weight copy (round robin, uncached)."""
     calls = 0
@@ -68,18 +82,22 @@ def main(argv=None):
     p.add_argument("--isas", default=None, help="instruction sets to time (default: the best this CPU runs)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--stream-bytes", type=int, default=256 << 20, help="bytes of weight copies cycled per shape")
+    p.add_argument("--sweep", action="store_true", help="the M sweep against F.linear instead of the shape table")
+    p.add_argument("--sweep-rows", default="1,2,4,8,12,16,24,32,40,48,64,80,96,128")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from qwen_ops import _C
 
     isas = args.isas.split(",") if args.isas else [_C.cpu_best_isa()]
+    if args.sweep:
+        return sweep(args, isas[-1])
     shapes = SHAPES if args.shapes == "all" else {"lm_head": SHAPES["lm_head"]}
     bandwidth = read_bandwidth(statistic=min)
     print(f"threads={torch.get_num_threads()} isas={_C.cpu_isas()} read bandwidth (torch.sum, best pass) "
           f"{bandwidth / 1e9:.1f} GB/s; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    print("| shape [N, K] | M | variant | median ms | GB/s | vs F.linear | max abs diff vs F.linear |")
-    print("|---|---|---|---|---|---|---|")
+    print("| shape [N, K] | M | variant | median ms | GB/s | vs F.linear | rate / torch.sum's | max abs diff vs F.linear |")
+    print("|---|---|---|---|---|---|---|---|")
     gen = torch.Generator().manual_seed(0)
     per_step = {}
     for m in (int(r) for r in args.rows.split(",")):
@@ -88,12 +106,13 @@ def main(argv=None):
             weights = [w] + [w.clone() for _ in range(max(0, -(-args.stream_bytes // (n * k * 4)) - 1))]
             x = torch.randn(m, k, generator=gen)
             fns = variants(isas)
+            fns[SUM] = lambda x, w: w.sum()
             medians = interleaved_medians(fns, x, weights, args.repeats)
             ref = F.linear(x, w)
             for v, seconds in medians.items():
-                diff = (fns[v](x, w) - ref).abs().max().item()
+                diff = "" if v == SUM else f"{(fns[v](x, w) - ref).abs().max().item():.1e}"
                 print(f"| {name} [{n}, {k}] | {m} | {v} | {seconds * 1e3:.3f} | {w.numel() * 4 / seconds / 1e9:.1f} | "
-                      f"{medians['F.linear'] / seconds:.2f}x | {diff:.1e} |", flush=True)
+                      f"{medians['F.linear'] / seconds:.2f}x | {medians[SUM] / seconds:.2f} | {diff} |", flush=True)
                 per_step[(m, v)] = per_step.get((m, v), 0.0) + count * seconds
             del w, weights
     weight_bytes = sum(n * k * 4 * c for n, k, c in shapes.values())
@@ -102,6 +121,32 @@ def main(argv=None):
           f"{bandwidth / 1e9:.1f} GB/s):")
     for (m, v), seconds in per_step.items():
         print(f"  M={m} {v}: {seconds * 1e3:.1f} ms ({seconds * bandwidth / weight_bytes:.2f}x the floor)")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def sweep(args, isa):
+    """F.linear against the kernel over M for each SWEEP_SHAPES shape; prints the crossover per shape."""
+    from qwen_ops import _C
+
+    fns = {"F.linear": F.linear, "kernel": lambda x, w: _C.small_m_linear_isa(x, w, None, isa)}
+    print(f"threads={torch.get_num_threads()} isa={isa}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print("| shape [N, K] | M | F.linear ms | kernel ms | kernel speed-up |")
+    print("|---|---|---|---|---|")
+    gen = torch.Generator().manual_seed(0)
+    for name, n, k in SWEEP_SHAPES:
+        w = torch.randn(n, k, generator=gen) / k ** 0.5
+        weights = [w] + [w.clone() for _ in range(max(0, -(-args.stream_bytes // (n * k * 4)) - 1))]
+        crossover, unbroken = 0, True
+        for m in (int(r) for r in args.sweep_rows.split(",")):
+            medians = interleaved_medians(fns, torch.randn(m, k, generator=gen), weights, args.repeats)
+            speedup = medians["F.linear"] / medians["kernel"]
+            unbroken = unbroken and speedup > 1
+            if unbroken:
+                crossover = m
+            print(f"| {name} [{n}, {k}] | {m} | {medians['F.linear'] * 1e3:.3f} | {medians['kernel'] * 1e3:.3f} | "
+                  f"{speedup:.2f}x |", flush=True)
+        print(f"| {name} [{n}, {k}] | kernel faster at every M up to | {crossover} | | |")
+        del w, weights
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

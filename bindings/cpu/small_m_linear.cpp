@@ -24,6 +24,10 @@ constexpr const char* kOp = "small_m_linear";
 // Each thread's share must read at least this many weight bytes, or the fork/join of the pool costs
 // more than the work (the GDN gate projections read only 64 KB).
 constexpr int64_t kMinBytesPerThread = 256 * 1024;
+// Threads split the columns in units of 16: a multiple of every tile's width (so only the last unit of
+// the whole range has a short tile) and 64 bytes of a row of out (one cache line where the rows are
+// 64-byte aligned, so two threads do not write the same line).
+constexpr int64_t kColumnsPerUnit = 16;
 
 void check_args(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.device().is_cpu(), kOp, ": argument 'x' must be a CPU tensor, got one on ", x.device());
@@ -71,9 +75,12 @@ at::Tensor run(const at::Tensor& x, const at::Tensor& weight, const c10::optiona
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
   const SmallMLinearF32 kernel = kernel_for(isa);
-  const int64_t row_bytes = std::max<int64_t>(k, 1) * static_cast<int64_t>(sizeof(float));
-  const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / row_bytes);
-  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { kernel(xp, wp, bp, op, m, n, k, begin, end); });
+  const int64_t unit_bytes = kColumnsPerUnit * std::max<int64_t>(k, 1) * static_cast<int64_t>(sizeof(float));
+  const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / unit_bytes);
+  const int64_t units = (n + kColumnsPerUnit - 1) / kColumnsPerUnit;
+  at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
+    kernel(xp, wp, bp, op, m, n, k, begin * kColumnsPerUnit, std::min(n, end * kColumnsPerUnit));
+  });
   return out;
 }
 

@@ -1,71 +1,47 @@
-// AVX2 + FMA small-M linear (compiled with -mavx2 -mfma; called only where cpu_features says the CPU has them).
-//
-// 16 ymm registers: 4 rows of w against 2 rows of x per pass (8 accumulators of 8 lanes). The K tail
-// (K not a multiple of 8) is summed in scalar after the lanes, so no element is read past a row.
+// AVX2 + FMA small-M linear (compiled with -mavx2 -mfma; called only where cpu_features says the CPU has
+// them): the 8-lane vector type of the shared tiles (small_m_linear_tiles.h). The K tail goes through
+// masked loads and the output's short rows through masked stores (vmaskmovps does not touch
+// masked-out elements), so no element is read past a row.
 #include <immintrin.h>
 
 #include "small_m_linear_kernels.h"
+#include "small_m_linear_tiles.h"
 
 namespace qwen_ops::cpu {
 
 namespace {
 
-constexpr int kWidth = 8;
-constexpr int kRowsN = 4;
-constexpr int kRowsM = 2;
-
-inline float reduce_add(__m256 v) {
-  const __m128 sum4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 sum2 = _mm_add_ps(sum4, _mm_movehl_ps(sum4, sum4));
-  const __m128 sum1 = _mm_add_ss(sum2, _mm_shuffle_ps(sum2, sum2, 0x55));
-  return _mm_cvtss_f32(sum1);
-}
-
-template <int RN, int RM>
-inline void block(const float* x, const float* w, const float* bias, float* out, int64_t N, int64_t K,
-                  int64_t n, int64_t m) {
-  __m256 acc[RN][RM];
-  for (int j = 0; j < RN; ++j)
-    for (int i = 0; i < RM; ++i) acc[j][i] = _mm256_setzero_ps();
-  const float* wr[RN];
-  for (int j = 0; j < RN; ++j) wr[j] = w + (n + j) * K;
-  const float* xr[RM];
-  for (int i = 0; i < RM; ++i) xr[i] = x + (m + i) * K;
-
-  int64_t k = 0;
-  for (; k + kWidth <= K; k += kWidth) {
-    __m256 wv[RN];
-    for (int j = 0; j < RN; ++j) wv[j] = _mm256_loadu_ps(wr[j] + k);
-    for (int i = 0; i < RM; ++i) {
-      const __m256 xv = _mm256_loadu_ps(xr[i] + k);
-      for (int j = 0; j < RN; ++j) acc[j][i] = _mm256_fmadd_ps(wv[j], xv, acc[j][i]);
-    }
+struct Avx2Lanes {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static __m256i lane() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static __m256i first_lanes(int64_t count) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lane());
   }
-  for (int j = 0; j < RN; ++j) {
-    const float b = bias ? bias[n + j] : 0.f;
-    for (int i = 0; i < RM; ++i) {
-      float sum = reduce_add(acc[j][i]);
-      for (int64_t t = k; t < K; ++t) sum += wr[j][t] * xr[i][t];
-      out[(m + i) * N + n + j] = sum + b;
-    }
+  static V load_first(const float* p, int64_t count) { return _mm256_maskload_ps(p, first_lanes(count)); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static void store_first(float* p, V v, int count) { _mm256_maskstore_ps(p, first_lanes(count), v); }
+  static V lanes_from(V v, int first) {
+    return _mm256_permutevar8x32_ps(v, _mm256_add_epi32(lane(), _mm256_set1_epi32(first)));
   }
-}
 
-template <int RN>
-inline void column_block(const float* x, const float* w, const float* bias, float* out, int64_t M, int64_t N,
-                         int64_t K, int64_t n) {
-  int64_t m = 0;
-  for (; m + kRowsM <= M; m += kRowsM) block<RN, kRowsM>(x, w, bias, out, N, K, n, m);
-  if (m < M) block<RN, 1>(x, w, bias, out, N, K, n, m);
-}
+  // Lane l = the sum of v[l]'s 8 lanes: two levels of hadd leave v[0..3]'s sums over each 128-bit half
+  // in quad0 and v[4..7]'s in quad1; the halves are then added across.
+  static V sum_each(const V (&v)[8]) {
+    const V quad0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const V quad1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(quad0, quad1, 0x20), _mm256_permute2f128_ps(quad0, quad1, 0x31));
+  }
+};
 
 }  // namespace
 
 void small_m_linear_f32_avx2(const float* x, const float* w, const float* bias, float* out, int64_t M,
                              int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
-  int64_t n = n_begin;
-  for (; n + kRowsN <= n_end; n += kRowsN) column_block<kRowsN>(x, w, bias, out, M, N, K, n);
-  for (; n < n_end; ++n) column_block<1>(x, w, bias, out, M, N, K, n);
+  tiles::small_m_linear<Avx2Lanes>(x, w, bias, out, M, N, K, n_begin, n_end);
 }
 
 }  // namespace qwen_ops::cpu

@@ -1,12 +1,16 @@
 """``qwen_ops::small_m_linear`` (bindings/cpu/, the decode-path projections on the CPU) against F.linear.
 
 Every instruction-set variant this CPU runs (portable, AVX2, AVX-512) is called through
-``qwen_ops._C.small_m_linear_isa``, over the sizes where a SIMD kernel goes wrong: M = 1..17 (every
-register-block remainder and one past SMALL_M_MAX_ROWS), N odd (column-block tails, a thread split
-that is not a multiple of 4), K not a multiple of 8 or 16 (the masked / scalar K tails). Bad input
-must raise a clear error naming the argument and write nothing; the fake must let torch.compile
-trace a model-style function; ``model.layers.linear`` must route only small float32 CPU products
-to the kernel and leave everything else to F.linear unchanged.
+``qwen_ops._C.small_m_linear_isa``, over the sizes where a SIMD kernel goes wrong: M = 1..18 and
+around 32 and 64 (every tile shape and row remainder, and SMALL_M_MAX_ROWS +- 1), N odd (tile and
+16-column block tails, a thread split inside a block), K not a multiple of 8 or 16 (the masked K
+tails). The SIMD variants must also be batch invariant bitwise (row m of the result the same at every
+M). Bad input must raise a clear error naming the argument and write nothing; the fake must let
+torch.compile trace a model-style function; ``model.layers.linear`` must route only small float32
+CPU products to the kernel and leave everything else to F.linear unchanged.
+
+Only a build without ``qwen_ops._C`` at all (QWEN_OPS_BUILD_EXT=0) skips this module; an extension
+that is built but lacks the kernel fails (test_the_built_extension_has_the_kernel), not skips.
 """
 from __future__ import annotations
 
@@ -18,13 +22,22 @@ from qwen_ops.ops.linear import SMALL_M_MAX_ROWS, small_m_linear, small_m_linear
 from qwen_ops.ops.linear.reference import small_m_linear_reference
 from tests.tolerances import SMALL_M_LINEAR, tol
 
-if not small_m_linear_available():  # pragma: no cover - the extension is part of the build
-    pytest.skip("qwen_ops._C was built without the CPU small-M linear kernel", allow_module_level=True)
+try:
+    from qwen_ops import _C
+except ImportError:  # pragma: no cover - a pure-Python install (QWEN_OPS_BUILD_EXT=0) has no CPU kernels
+    pytest.skip("qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)", allow_module_level=True)
 
-from qwen_ops import _C  # noqa: E402
+# An extension without the kernel fails here and in test_the_built_extension_has_the_kernel.
+ISAS = _C.cpu_isas() if hasattr(_C, "cpu_isas") else ["portable"]
+SIMD_ISAS = [isa for isa in ISAS if isa != "portable"]
+ROWS = sorted(set(range(1, 19)) | {31, 32, 33, SMALL_M_MAX_ROWS - 1, SMALL_M_MAX_ROWS, SMALL_M_MAX_ROWS + 1, 63, 64, 65})
+SIZES_MK = ([(m, k) for m in ROWS for k in (1, 7, 16, 33)]
+            + [(1, 1027), (5, 1024), (16, 3584), (17, 515), (32, 128), (33, 129), (64, 130)])
 
-ISAS = _C.cpu_isas()
-SIZES_MK = [(m, k) for m in range(1, 18) for k in (1, 7, 16, 33)] + [(1, 1027), (5, 1024), (16, 3584), (17, 515)]
+
+def test_the_built_extension_has_the_kernel():
+    assert small_m_linear_available(), "qwen_ops._C is built but torch.ops.qwen_ops has no small_m_linear"
+    assert hasattr(_C, "small_m_linear_isa") and hasattr(_C, "cpu_isas"), "qwen_ops._C lacks small_m_linear_isa"
 
 
 def _operands(m, n, k, *, bias, seed=0):
@@ -60,12 +73,24 @@ def test_matches_f_linear_and_float64_at_odd_sizes(isa, n):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_threaded_split_of_many_columns(isa):
-    # N large and odd: at::parallel_for splits the columns across threads at a boundary that is not a
-    # multiple of the 4-column block; every column must still be written once and right.
-    x, w, b = _operands(3, 4099, 257, bias=True, seed=7)
+@pytest.mark.parametrize("m", [1, 2, 3, 32, 37])
+def test_threaded_split_of_many_columns(isa, m):
+    # N large and odd: at::parallel_for splits the 16-column units across threads and the last unit is
+    # short; every column must still be written once and right, for every tile shape.
+    x, w, b = _operands(m, 4099, 257, bias=True, seed=7)
     got = _C.small_m_linear_isa(x, w, b, isa)
     torch.testing.assert_close(got, F.linear(x, w, b), **tol(SMALL_M_LINEAR, torch.float32))
+
+
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+def test_rows_do_not_depend_on_the_batch_bitwise(isa):
+    # Each output is summed in one fixed order whatever the tile shape (M = 1, 2, >= 3 and the row
+    # remainders), so a request's logits do not change with the batch it is decoded in.
+    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027)]:
+        x, w, b = _operands(m, n, k, bias=True, seed=m)
+        whole = _C.small_m_linear_isa(x, w, b, isa)
+        for rows in (slice(0, 1), slice(0, 2), slice(3, 6), slice(m - 1, m), slice(1, m)):
+            assert torch.equal(_C.small_m_linear_isa(x[rows].contiguous(), w, b, isa), whole[rows]), (isa, m, rows)
 
 
 def test_operator_is_the_best_isa_bitwise():
@@ -107,10 +132,11 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("m", [3, SMALL_M_MAX_ROWS + 7])
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_input_raises_naming_the_argument(case):
+def test_bad_input_raises_naming_the_argument(case, m):
     make, message = BAD[case]
-    x, w, b = make(*_operands(3, 9, 20, bias=True))
+    x, w, b = make(*_operands(m, 9, 20, bias=True))
     for isa in ISAS:
         with pytest.raises(RuntimeError, match=f"small_m_linear.*{message.replace('[', '.').replace(']', '.')}"):
             _C.small_m_linear_isa(x, w, b, isa)
