@@ -11,7 +11,7 @@
 namespace qwen_ops::cpu {
 
 // Row-major float32 operands:
-//   x    [M, K]   (contiguous rows, M small: the decode-path projections have M = batch <= ~16)
+//   x    [M, K]   (contiguous rows, M small: the decode-path projections, M = batch <= SMALL_M_MAX_ROWS = 64)
 //   w    [N, K]   (the nn.Linear weight layout)
 //   bias [N] or nullptr
 //   out  [M, N]

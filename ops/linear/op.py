@@ -16,8 +16,11 @@ from .. import _validate as check
 
 OP = "small_m_linear"
 # Rows of x up to which the model's projections take this kernel on the CPU (decode batches); larger
-# products (prefill) stay with F.linear, whose blocked sgemm reuses the weight across rows.
-SMALL_M_MAX_ROWS = 16
+# products (prefill) stay with F.linear. Measured (bench/RESULTS.md, "small-M projection kernel past
+# 16 rows"): the kernel beat F.linear at every M up to 128 at K = 128 (the tiny model's lm_head) and up
+# to 256 at K = 1024 / 3584 on one core, by >= 1.19x up to 64; at K = 128 the two meet near M = 128
+# (1.01x) and F.linear wins from 192. 64 keeps every M where the win is clear.
+SMALL_M_MAX_ROWS = 64
 
 try:
     from qwen_ops import _C  # noqa: F401  (defines torch.ops.qwen_ops.small_m_linear)
@@ -53,13 +56,14 @@ def small_m_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     """``x @ weight.T + bias`` for a small number of rows M of x, on the CPU.
 
     Args:
-        x: [M, K] float32, contiguous, CPU. Any M works; the kernel pays off for M <= ~16
-            (``SMALL_M_MAX_ROWS``), where the weight's bytes, not the arithmetic, set the time.
+        x: [M, K] float32, contiguous, CPU. Any M works; the model sends it M <= ``SMALL_M_MAX_ROWS``
+            (64), where it was measured faster than F.linear.
         weight: [N, K] float32, contiguous, CPU (the ``nn.Linear`` layout).
         bias: [N] float32, contiguous, or None.
     Returns:
         [M, N] float32, a new tensor. Equal to ``F.linear(x, weight, bias)`` up to float32 rounding:
         the sums over K are taken in SIMD-lane order, not MKL's (tests/tolerances.py SMALL_M_LINEAR).
+        Row m of the result is the same bitwise whatever M is (every output is summed in one order).
     Raises:
         RuntimeError naming the argument on a wrong device, rank, shape, dtype or a non-contiguous
         operand (the C++ checks); RuntimeError when ``qwen_ops._C`` lacks the kernel.
