@@ -1,7 +1,7 @@
 """The decode-path projections of the Qwen3.5-0.8B shape: F.linear against qwen_ops' small-M CPU kernel.
 
     python bench/e2e/bench_small_m_linear.py [--rows 1,8] [--repeats 5] [--shapes all|lm_head]
-    python bench/e2e/bench_small_m_linear.py --sweep [--sweep-rows 1,2,4,...] [--repeats 5]
+    python bench/e2e/bench_small_m_linear.py --sweep [--sweep-rows 1,2,4,...] [--repeats 5] [--threads 1 --timer cpu]
 
 --sweep times F.linear against the kernel over numbers of rows M for one K = 128 shape (the tiny default
 model's lm_head, [248320, 128]) and K = 1024 / 3584 shapes of the 0.8B model, and prints for each shape
@@ -58,7 +58,7 @@ SWEEP_SHAPES = [("tiny lm_head", 248320, 128), ("0.8B mlp gate/up", 3584, 1024),
                 ("0.8B mlp down", 1024, 3584)]
 
 
-def interleaved_medians(fns, x, weights, repeats):
+def interleaved_medians(fns, x, weights, repeats, clock=time.perf_counter):
     """Median time of each ``fn(x, w)``; each call takes the next weight copy (round robin, uncached)."""
     calls = 0
     for fn in fns.values():
@@ -69,9 +69,9 @@ def interleaved_medians(fns, x, weights, repeats):
         for name, fn in fns.items():
             w = weights[calls % len(weights)]
             calls += 1
-            t0 = time.perf_counter()
+            t0 = clock()
             fn(x, w)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -85,6 +85,9 @@ def main(argv=None):
     p.add_argument("--stream-bytes", type=int, default=256 << 20, help="bytes of weight copies cycled per shape")
     p.add_argument("--sweep", action="store_true", help="the M sweep against F.linear instead of the shape table")
     p.add_argument("--sweep-rows", default="1,2,4,8,12,16,24,32,40,48,64,80,96,128")
+    p.add_argument("--timer", default="wall", choices=("wall", "cpu"),
+                   help="--sweep: wall clock, or the process's CPU time (with --threads 1 on a loaded machine: "
+                        "time spent descheduled does not count)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -132,7 +135,8 @@ def sweep(args, isa):
     from qwen_ops import _C
 
     fns = {"F.linear": F.linear, "kernel": lambda x, w: _C.small_m_linear_isa(x, w, None, isa)}
-    print(f"threads={torch.get_num_threads()} isa={isa}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    clock = time.perf_counter if args.timer == "wall" else time.process_time
+    print(f"threads={torch.get_num_threads()} isa={isa} timer={args.timer}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     print("| shape [N, K] | M | F.linear ms | kernel ms | kernel speed-up |")
     print("|---|---|---|---|---|")
     gen = torch.Generator().manual_seed(0)
@@ -141,7 +145,7 @@ def sweep(args, isa):
         weights = [w] + [w.clone() for _ in range(max(0, -(-args.stream_bytes // (n * k * 4)) - 1))]
         crossover, unbroken = 0, True
         for m in (int(r) for r in args.sweep_rows.split(",")):
-            medians = interleaved_medians(fns, torch.randn(m, k, generator=gen), weights, args.repeats)
+            medians = interleaved_medians(fns, torch.randn(m, k, generator=gen), weights, args.repeats, clock)
             speedup = medians["F.linear"] / medians["kernel"]
             unbroken = unbroken and speedup > 1
             if unbroken:

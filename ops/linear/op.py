@@ -16,10 +16,10 @@ from .. import _validate as check
 
 OP = "small_m_linear"
 # Rows of x up to which the model's projections take this kernel on the CPU (decode batches); larger
-# products (prefill) stay with F.linear. Measured (bench/RESULTS.md, "small-M projection kernel past
-# 16 rows"): the kernel beat F.linear at every M up to 128 at K = 128 (the tiny model's lm_head) and up
-# to 256 at K = 1024 / 3584 on one core, by >= 1.19x up to 64; at K = 128 the two meet near M = 128
-# (1.01x) and F.linear wins from 192. 64 keeps every M where the win is clear.
+# products (prefill) stay with F.linear. Measured (bench/RESULTS.md, "The small-M projection kernel:
+# the read rate at M = 1, and past 16 rows"; one core, CPU time): at K = 128 (the tiny model's lm_head)
+# the kernel was faster at every M up to 64 (1.62x at 32, 1.05x at 48-64) and F.linear from 96; at
+# K = 1024 / 3584 the kernel was faster up to 256 (1.09x-2.89x).
 SMALL_M_MAX_ROWS = 64
 
 try:
