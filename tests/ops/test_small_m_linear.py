@@ -3,8 +3,8 @@
 Every instruction-set variant this CPU runs (portable, AVX2, AVX-512) is called through
 ``qwen_ops._C.small_m_linear_isa``, over the sizes where a SIMD kernel goes wrong: M = 1..18 and
 around 32 and 64 (every tile shape and row remainder, and SMALL_M_MAX_ROWS +- 1), N odd (tile and
-16-column block tails, a thread split inside a block), K not a multiple of 8 or 16 (the masked K
-tails). The SIMD variants must also be batch invariant bitwise (row m of the result the same at every
+16-column block tails, threads splitting 16-column units with a short last one), K not a multiple of
+8 or 16 (the masked K tails). The SIMD variants must also be batch invariant bitwise (row m of the result the same at every
 M). Bad input must raise a clear error naming the argument and write nothing; the fake must let
 torch.compile trace a model-style function; ``model.layers.linear`` must route only small float32
 CPU products to the kernel and leave everything else to F.linear unchanged.
