@@ -5,7 +5,8 @@ batch 1 and 256, prefill of 8192 tokens), this times what ``backend="torch"``
 runs on CPU tensors (``ops._backend.resolve``) and, where that is a faster
 form than the readable reference, the reference too, side by side in one
 process; where the backend runs a C++ kernel of ``qwen_ops._C`` first (GDN
-decode step, conv update), also the torch form it falls back to without one.
+decode step, conv update, KV cache write, decode attention and the decode rows
+of mixed attention), also the torch form it falls back to without one.
 They are called alternately, ``--repeats`` times each after a warm-up, on
 fresh copies of the arguments the op writes, and the median is kept. Shapes are ``SHAPES["qwen3.5-0.8b"]`` (8 query / 2 KV heads of 256, KV
 blocks of 16; GDN 16 / 16 heads of 128; conv 6144 channels, width 4), float32
@@ -20,7 +21,10 @@ Each op's floor is the larger of
 * the FLOPs of its matrix products over the float32 matmul rate (``torch.mm``
   of two 2048 x 2048 matrices),
 
-both measured in the same run (the median of several passes). Prints one
+both measured in the same run (the median of several passes). Also measured:
+the cost of one call into a torch op that does nothing (``torch_op_call_seconds``),
+the last column's unit: where a floor is a few of those (decode at batch 1),
+the call overhead, not bandwidth, is what limits the op. Prints one
 table with the load average, since the shared machine's load changes every
 number; only the ratios within one run are comparable.
 
@@ -67,6 +71,9 @@ REFERENCES = {  # the readable definition of each op the torch backend runs in a
 KERNEL_MODULES = {
     "fused_recurrent_gated_delta_rule": "qwen_ops.ops.gdn.cpu_decode_kernel",
     "causal_conv1d_update": "qwen_ops.ops.conv.cpu_update_kernel",
+    "reshape_and_cache": "qwen_ops.ops.cache.cpu_write_kernel",
+    "paged_decode_attention": "qwen_ops.ops.attention.cpu_decode_kernel",
+    "mixed_attention": "qwen_ops.ops.attention.cpu_decode_kernel",  # its decode rows
 }
 
 
@@ -257,6 +264,24 @@ def matmul_rate(repeats: int, size: int = 2048) -> float:
     return 2.0 * size ** 3 / statistics.median(times)
 
 
+def torch_op_call_seconds(calls: int = 2000, repeats: int = 5) -> float:
+    """Seconds of one call from Python into a torch op that does no work (``torch.ops.aten.alias``, a view).
+
+    The fixed cost every op call pays here (Python -> dispatcher -> kernel -> a new tensor object): floors
+    below a few of these (the decode-1 cells) cannot be reached by any form that makes even one torch call.
+    Median over ``repeats`` loops of ``calls`` calls each.
+    """
+    x = torch.zeros(16)
+    alias = torch.ops.aten.alias.default
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            alias(x)
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
+
+
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", default=["decode1", "decode256", "prefill8192"],
@@ -273,12 +298,14 @@ def main(argv=None) -> list[dict]:
 
     bandwidth = read_bandwidth(args.bandwidth_mib << 20, args.repeats)
     rate = matmul_rate(args.repeats)
+    call = torch_op_call_seconds()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} at "
           f"start; read bandwidth (torch.sum, {args.bandwidth_mib} MiB) {bandwidth / 1e9:.1f} GB/s; matmul "
-          f"(torch.mm 2048^2) {rate / 1e9:.1f} GFLOP/s; median of {args.repeats}; decode context {args.context}")
+          f"(torch.mm 2048^2) {rate / 1e9:.1f} GFLOP/s; one empty torch op call (torch.ops.aten.alias) "
+          f"{call * 1e6:.2f} us; median of {args.repeats}; decode context {args.context}")
     print("| op | workload | MB moved | GFLOP | floor (ms) | bound | reference (ms) | torch form, no C++ kernel (ms) "
-          "| torch backend (ms) | ref/backend | backend/floor |")
-    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+          "| torch backend (ms) | ref/backend | backend/floor | backend/one op call |")
+    print("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     rows = []
     for workload in args.workloads:
         for build in cases(workload, args.context):
@@ -299,7 +326,7 @@ def main(argv=None) -> list[dict]:
             floor = max(by_bytes, by_flops)
             ref = median.get("reference")
             row = dict(op=case.op, workload=case.label, moved=case.moved, flops=case.flops, floor=floor,
-                       bound="bytes" if by_bytes >= by_flops else "FLOPs", **median)
+                       bound="bytes" if by_bytes >= by_flops else "FLOPs", call=call, **median)
             rows.append(row)
             same = reference is backend
             ref_text = "(is the backend)" if same else ("-" if ref is None else f"{ref * 1e3:.2f}")
@@ -308,7 +335,7 @@ def main(argv=None) -> list[dict]:
             form_text = "(no kernel)" if form is None else f"{form * 1e3:.2f}"
             print(f"| {case.op} | {case.label} | {case.moved / 1e6:.2f} | {case.flops / 1e9:.2f} | {floor * 1e3:.3f} "
                   f"| {row['bound']} | {ref_text} | {form_text} | {median['backend'] * 1e3:.2f} | {speedup} "
-                  f"| {median['backend'] / floor:.1f}x |", flush=True)
+                  f"| {median['backend'] / floor:.1f}x | {median['backend'] / call:.0f} |", flush=True)
             del case
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     return rows

@@ -31,6 +31,10 @@ void qwen_register_ascendc(pybind11::module_& m);
 namespace qwen_ops::cpu {
 void register_gdn_recurrent_decode(pybind11::module_& m);
 void register_causal_conv1d_update(pybind11::module_& m);
+// bindings/cpu/reshape_and_cache_cpu.cpp: the KV cache write (float copy or INT8 quantization) in one pass.
+void register_reshape_and_cache(pybind11::module_& m);
+// bindings/cpu/paged_decode_attention_cpu.cpp: decode attention reading the KV blocks in place.
+void register_paged_decode_attention(pybind11::module_& m);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -42,4 +46,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
   qwen_ops::cpu::register_gdn_recurrent_decode(m);
   qwen_ops::cpu::register_causal_conv1d_update(m);
+  qwen_ops::cpu::register_reshape_and_cache(m);
+  qwen_ops::cpu::register_paged_decode_attention(m);
 }

@@ -33,10 +33,10 @@ def test_table_has_every_op_with_positive_times_and_floor(capsys):
     assert {row["op"] for row in rows if row["workload"].startswith("decode")} | {"mixed_attention"} == DECODE_OPS
     assert {row["op"] for row in rows if row["workload"].startswith("prefill")} == PREFILL_OPS
     for row in rows:
-        assert row["moved"] > 0 and row["floor"] > 0 and row["backend"] > 0
+        assert row["moved"] > 0 and row["floor"] > 0 and row["backend"] > 0 and row["call"] > 0
         assert row.get("reference", 1.0) > 0
     printed = capsys.readouterr().out
-    assert "load average" in printed and "| causal_conv1d_update | decode 1 |" in printed
+    assert "one empty torch op call" in printed and "load average" in printed and "| causal_conv1d_update | decode 1 |" in printed
 
 
 def test_conv_floor_counts_state_rows_read_and_written():

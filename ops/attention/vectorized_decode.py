@@ -1,5 +1,9 @@
 """Paged decode attention batched over requests and KV heads: what the torch backend runs on the CPU.
 
+(On CPU tensors with float32 or int8 caches and ``qwen_ops._C`` built,
+``cpu_decode_kernel.decode_step`` serves the call first, reading the blocks in
+place; the torch form below runs otherwise.)
+
 Same contract and semantics as ``reference.paged_decode_attention`` (kept as
 the readable definition, which loops over requests and repeats every KV head
 for its query heads); tested against it (``tests/ops/test_vectorized_attention.py``)
@@ -31,6 +35,8 @@ rounding, not bit for bit.
 from __future__ import annotations
 
 import torch
+
+from .cpu_decode_kernel import decode_step
 
 F32 = torch.float32
 I64 = torch.int64
@@ -100,6 +106,10 @@ def attend_batched(query, keys, values, scale, lengths, k_scale=None, v_scale=No
 def paged_decode_attention(*, query, key_cache, value_cache, block_tables, seq_lens, scale,
                            k_scale=None, v_scale=None) -> torch.Tensor:
     """query [N, Hq, D] -> [N, Hq, D] in query's dtype; see ``reference.py`` for the contract."""
+    done = decode_step(query=query, key_cache=key_cache, value_cache=value_cache, block_tables=block_tables,
+                       seq_lens=seq_lens, scale=scale, k_scale=k_scale, v_scale=v_scale)
+    if done is not None:  # the C++ kernel reading blocks in place (cpu_decode_kernel.py); the torch form below otherwise
+        return done
     n, hq, d = query.shape
     _, hkv, block_size, _ = key_cache.shape
     out = torch.zeros_like(query)

@@ -1,5 +1,8 @@
 """KV cache write as row copies into the cache's [Bs, D] slabs: what the torch backend runs on the CPU.
 
+(On CPU tensors with ``qwen_ops._C`` built, ``cpu_write_kernel.write_step`` serves the call
+first, in one C++ pass; the torch form below runs without the extension.)
+
 Same contract and semantics as ``reference.reshape_and_cache`` (kept as the
 readable definition), and bit-identical to it (the same float32 division,
 NaN/inf mapping, round-half-even and clamp for INT8 caches; float caches store
@@ -19,6 +22,8 @@ Differences, for speed:
 from __future__ import annotations
 
 import torch
+
+from .cpu_write_kernel import write_step
 
 F32 = torch.float32
 I64 = torch.int64
@@ -49,6 +54,9 @@ def _write_int8(src: torch.Tensor, cache_rows: torch.Tensor, flat_cache: torch.T
 
 def reshape_and_cache(*, key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale) -> None:
     """Write key/value [T, Hkv, D] to their slots ([T], -1 = skip) of the caches, in place; see ``reference.py``."""
+    if write_step(key=key, value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping,
+                  k_scale=k_scale, v_scale=v_scale):
+        return  # the C++ one-pass write (cpu_write_kernel.py); the torch form below where it does not apply
     num_blocks, hkv, block_size, d = key_cache.shape
     slots = slot_mapping.to(I64)
     kept = (slots >= 0).nonzero().squeeze(-1)  # its length is known without reading a value (no host sync)

@@ -14,14 +14,21 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_kernel_paths import cpu_kernel_or_skip, kernel_or_torch_path
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 from qwen_ops.ops._backend import resolve
-from qwen_ops.ops.attention import reference, vectorized_decode, vectorized_mixed, vectorized_prefill
+from qwen_ops.ops.attention import cpu_decode_kernel, reference, vectorized_decode, vectorized_mixed, vectorized_prefill
 from qwen_ops.testing import Draw, decode_call, mixed_call, prefill_call
 
 F32, BF16, INT8 = torch.float32, torch.bfloat16, torch.int8
 CACHE_DTYPES = [F32, INT8]
+
+
+@pytest.fixture(params=["kernel", "torch"])
+def decode_path(request, monkeypatch):
+    """Run the decode form through the C++ kernel, and again with it hidden (the torch form's path)."""
+    return kernel_or_torch_path(request, monkeypatch, cpu_decode_kernel)
 
 
 def _assert_same(reference_fn, vectorized_fn, arguments, dtype=F32):
@@ -37,14 +44,14 @@ def _assert_same(reference_fn, vectorized_fn, arguments, dtype=F32):
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("hq,hkv", [(8, 2), (4, 4)])
 @pytest.mark.parametrize("tile_bytes", [vectorized_decode.TILE_BYTES, 1])
-def test_decode_matches_reference(gen, monkeypatch, cache_dtype, hq, hkv, tile_bytes):
+def test_decode_matches_reference(gen, monkeypatch, cache_dtype, hq, hkv, tile_bytes, decode_path):
     monkeypatch.setattr(vectorized_decode, "TILE_BYTES", tile_bytes)  # 1: one request per tile
     arguments = decode_call(Draw(gen), F32, cache_dtype, hq, hkv, 32, 16, [5, 0, 33, 17, 1, 48], width=6)
     arguments["scale"] = 32 ** -0.5
     _assert_same(reference.paged_decode_attention, vectorized_decode.paged_decode_attention, arguments)
 
 
-def test_decode_reads_nothing_past_a_requests_blocks(gen):
+def test_decode_reads_nothing_past_a_requests_blocks(gen, decode_path):
     arguments = decode_call(Draw(gen), F32, F32, 4, 2, 16, 8, [3, 20, 9], width=5, spare_blocks=2)
     tables = arguments["block_tables"]
     tables[tables < 0] = arguments["key_cache"].shape[0] - 1  # stale ids of a block no request owns
@@ -52,7 +59,7 @@ def test_decode_reads_nothing_past_a_requests_blocks(gen):
     _assert_same(reference.paged_decode_attention, vectorized_decode.paged_decode_attention, arguments)
 
 
-def test_decode_all_empty_and_bfloat16(gen):
+def test_decode_all_empty_and_bfloat16(gen, decode_path):
     arguments = decode_call(Draw(gen), BF16, BF16, 4, 1, 16, 8, [0, 0])
     arguments["scale"] = 0.25
     out = vectorized_decode.paged_decode_attention(**arguments)
@@ -79,10 +86,43 @@ def test_prefill_without_cache_matches_reference(gen, dtype):
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
-def test_mixed_matches_reference(gen, cache_dtype):
+def test_mixed_matches_reference(gen, cache_dtype, decode_path):
     arguments = mixed_call(Draw(gen), F32, cache_dtype, 8, 2, 32, 16, [1, 1, 1, 5, 70, 0], [9, 0, 30, 12, 100, 4], 3)
     arguments["scale"] = 32 ** -0.5
     _assert_same(reference.mixed_attention, vectorized_mixed.mixed_attention, arguments)
+
+
+@pytest.mark.parametrize("d", [32, 20])  # 20: the kernel's dot products have a tail past their 16 lanes
+def test_decode_kernel_long_context_unequal_lengths(gen, d):
+    cpu_kernel_or_skip(cpu_decode_kernel)  # many blocks per request: the online softmax rescales many times
+    arguments = decode_call(Draw(gen), F32, F32, 8, 2, d, 16, [300, 1, 17, 256], width=20)
+    arguments["scale"] = d ** -0.5
+    arguments["query"] *= 4.0  # sharp softmaxes: a wrong running max would show
+    _assert_same(reference.paged_decode_attention, vectorized_decode.paged_decode_attention, arguments)
+
+
+def test_decode_kernel_rejects_bad_input_and_writes_nothing(gen):
+    kernel = cpu_kernel_or_skip(cpu_decode_kernel)
+    arguments = decode_call(Draw(gen), F32, INT8, 4, 2, 16, 8, [3, 9], width=2)
+    q, kc, vc = arguments["query"], arguments["key_cache"], arguments["value_cache"]
+    ks, vs = arguments["k_scale"], arguments["v_scale"]
+    tables, lens = arguments["block_tables"].clone(), arguments["seq_lens"]
+    out = torch.full_like(q, 7.0)
+    bad_tables = tables.clone()
+    bad_tables[1, 1] = kc.shape[0]
+    with pytest.raises(RuntimeError, match=r"block_tables\[1, 1\] = .* is outside the cache's"):
+        kernel(q, kc, vc, bad_tables, lens, 0.25, ks, vs, out)
+    with pytest.raises(RuntimeError, match=r"seq_lens\[1\] = 17 is outside \[0, M \* Bs\] = \[0, 16\]"):
+        kernel(q, kc, vc, tables, torch.tensor([3, 17], dtype=torch.int32), 0.25, ks, vs, out)
+    with pytest.raises(RuntimeError, match="k_scale must be a contiguous float32"):
+        kernel(q, kc, vc, tables, lens, 0.25, None, vs, out)
+    with pytest.raises(RuntimeError, match="query must be a contiguous float32"):
+        kernel(q.double(), kc, vc, tables, lens, 0.25, ks, vs, out)
+    with pytest.raises(RuntimeError, match="block_tables must be a contiguous int32"):
+        kernel(q, kc, vc, tables.long(), lens, 0.25, ks, vs, out)
+    with pytest.raises(RuntimeError, match="key_cache must be a contiguous float32 or int8"):
+        kernel(q, kc.double(), vc, tables, lens, 0.25, ks, vs, out)
+    assert torch.equal(out, torch.full_like(q, 7.0))
 
 
 def test_torch_backend_runs_the_batched_attention_on_cpu():

@@ -12,30 +12,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cpu_kernel_paths import cpu_kernel_or_skip, kernel_or_torch_path
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 from qwen_ops.ops._backend import resolve
 from qwen_ops.ops.cache import reference as cache_reference
-from qwen_ops.ops.cache import vectorized_write
+from qwen_ops.ops.cache import cpu_write_kernel, vectorized_write
 from qwen_ops.ops.conv import reference as conv_reference
 from qwen_ops.ops.conv import cpu_update_kernel, vectorized_fn, vectorized_update
 from qwen_ops.ops.gdn import cpu_decode_kernel, reference_chunk, reference_recurrent, vectorized_chunk, vectorized_recurrent
 from qwen_ops.testing import Draw, cache_write_call, conv_fn_call, conv_update_call, gdn_inputs, offsets, pool_indices, state_pool
 
-
-def cpu_kernel_or_skip(module):
-    """module's C++ kernel; skip only where qwen_ops._C is not built at all (QWEN_OPS_BUILD_EXT=0).
-
-    A built extension without the kernel is a failure, not a skip: the tests must not pass by
-    quietly testing nothing.
-    """
-    try:
-        from qwen_ops import _C  # noqa: F401
-    except ImportError:
-        pytest.skip("qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)")
-    kernel = module._kernel()
-    assert kernel is not None, f"qwen_ops._C is built but {module.__name__} finds no kernel in it"
-    return kernel
 
 F32 = torch.float32
 
@@ -247,15 +234,30 @@ def test_conv_fn_no_tokens_carries_or_clears_states(gen):
     assert out_vec.shape == (0, 8) and torch.equal(vec_args["conv_states"], ref_args["conv_states"])
 
 
-@pytest.mark.parametrize("cache_dtype", [F32, torch.bfloat16, torch.int8])
+@pytest.fixture(params=["kernel", "torch"])
+def cache_write_path(request, monkeypatch):
+    """Run the cache write through the C++ kernel, and again with it hidden (the torch form's path)."""
+    return kernel_or_torch_path(request, monkeypatch, cpu_write_kernel)
+
+
+# Quotients the INT8 write must map exactly as the reference: NaN -> 0, +-inf and out-of-range values clamped,
+# and ties of the rounding (half to even, both signs), just inside and outside the clamp.
+INT8_EDGE_VALUES = [float("nan"), float("inf"), -float("inf"), 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5,
+                    -127.5, -128.5, 1e30, -1e30, 0.49999997]
+
+
+@pytest.mark.parametrize("cache_dtype,key_dtype", [(F32, F32), (torch.bfloat16, torch.bfloat16), (torch.int8, F32),
+                                                   (torch.int8, torch.bfloat16)])
 @pytest.mark.parametrize("padding", [None, slice(1, None, 3)])
-def test_cache_write_is_bit_identical_to_reference(gen, monkeypatch, cache_dtype, padding):
+def test_cache_write_is_bit_identical_to_reference(gen, monkeypatch, cache_dtype, padding, key_dtype,
+                                                   cache_write_path):
     monkeypatch.setattr(vectorized_write, "TILE_TOKENS", 4)  # several quantization tiles, a partial last one
-    dtype = torch.bfloat16 if cache_dtype == torch.bfloat16 else F32
+    dtype = key_dtype
     arguments = cache_write_call(Draw(gen), tokens=11, hkv=2, head_dim=16, block_size=4, num_blocks=6, dtype=dtype,
                                  cache_dtype=cache_dtype, padding=padding, key_scale=3.0)
-    if cache_dtype == torch.int8:  # the defined non-finite cases: NaN -> 0, +inf -> 127, -inf -> -128
-        arguments["key"][0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    if cache_dtype == torch.int8:  # the defined non-finite cases and the rounding's ties (scale 1 on head 0)
+        arguments["k_scale"][0] = 1.0
+        arguments["key"][0, 0] = torch.tensor(INT8_EDGE_VALUES, dtype=dtype)
     (_, ref_args), (_, vec_args) = _both(cache_reference.reshape_and_cache, vectorized_write.reshape_and_cache,
                                          arguments)
     for name in ("key_cache", "value_cache"):  # written slots alike, every other slot left as it was
@@ -264,7 +266,7 @@ def test_cache_write_is_bit_identical_to_reference(gen, monkeypatch, cache_dtype
     assert torch.equal(torch.nan_to_num(vec_args["key"]), torch.nan_to_num(arguments["key"]))  # input intact
 
 
-def test_cache_write_all_padding_writes_nothing(gen):
+def test_cache_write_all_padding_writes_nothing(gen, cache_write_path):
     arguments = cache_write_call(Draw(gen), tokens=3, hkv=1, head_dim=8, block_size=4, num_blocks=2, dtype=F32,
                                  cache_dtype=torch.int8, padding=slice(None))
     before = arguments["key_cache"].clone()
@@ -280,3 +282,31 @@ def test_torch_backend_runs_the_vectorised_forms_on_cpu():
     assert resolve("causal_conv1d_fn", "torch", cpu) is vectorized_fn.causal_conv1d_fn
     assert resolve("reshape_and_cache", "torch", cpu) is vectorized_write.reshape_and_cache
     assert resolve("chunk_gated_delta_rule", "torch", cpu) is vectorized_chunk.chunk_gated_delta_rule
+
+
+def test_cache_write_kernel_rejects_bad_input_and_writes_nothing(gen):
+    kernel = cpu_kernel_or_skip(cpu_write_kernel)
+    arguments = cache_write_call(Draw(gen), tokens=3, hkv=2, head_dim=8, block_size=4, num_blocks=2, dtype=F32,
+                                 cache_dtype=torch.int8)
+    key, value, kc, vc = (arguments[n] for n in ("key", "value", "key_cache", "value_cache"))
+    ks, vs = arguments["k_scale"], arguments["v_scale"]
+    before = kc.clone(), vc.clone()
+    with pytest.raises(RuntimeError, match="slot 8 of token 2 is outside the cache's 8 slots"):
+        kernel(key, value, kc, vc, torch.tensor([0, 1, 8]), ks, vs)
+    with pytest.raises(RuntimeError, match="k_scale is required"):
+        kernel(key, value, kc, vc, torch.tensor([0, 1, 2]), None, vs)
+    with pytest.raises(RuntimeError, match=r"v_scale must be a contiguous float32 \[Hkv, D\]"):
+        kernel(key, value, kc, vc, torch.tensor([0, 1, 2]), ks, vs[:, :4].contiguous())
+    with pytest.raises(RuntimeError, match="float32 for an int8 cache"):
+        kernel(key.double(), value.double(), kc, vc, torch.tensor([0, 1, 2]), ks, vs)
+    with pytest.raises(RuntimeError, match="slot_mapping must be a contiguous int64"):
+        kernel(key, value, kc, vc, torch.tensor([0, 1, 2], dtype=torch.int32), ks, vs)
+    with pytest.raises(RuntimeError, match="key must be a contiguous"):
+        kernel(key[:, :1], value, kc, vc, torch.tensor([0, 1, 2]), ks, vs)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    float_cache = torch.zeros(2, 2, 4, 8)
+    with pytest.raises(RuntimeError, match="must have the float cache's dtype"):
+        kernel(key.double(), value.double(), float_cache, float_cache.clone(), torch.tensor([0, 1, 2]), None, None)
+    with pytest.raises(RuntimeError, match="for int8 caches only"):
+        kernel(key, value, float_cache, float_cache.clone(), torch.tensor([0, 1, 2]), ks, vs)
+    assert torch.equal(float_cache, torch.zeros(2, 2, 4, 8))
