@@ -89,6 +89,39 @@ def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def fused_groups(config: Qwen35Config) -> list[tuple[str, ...]]:
+    """The names ``load_weights`` lays out back to back in one buffer, group by group, in row order.
+
+    Per layer: a GDN layer's ``in_proj_qkv, in_proj_z, in_proj_b, in_proj_a``; an attention
+    layer's ``q_proj, k_proj, v_proj`` weights (and their biases, as a second group); a dense
+    MLP's ``gate_proj, up_proj``. The model stacks each group in this order (``FusedProjection``).
+    """
+    groups: list[tuple[str, ...]] = []
+    for i, kind in enumerate(config.layer_types):
+        p = f"layers.{i}."
+        if kind == "full_attention":
+            a = p + "self_attn."
+            groups.append(tuple(a + n + "_proj.weight" for n in "qkv"))
+            if config.attention_bias:
+                groups.append(tuple(a + n + "_proj.bias" for n in "qkv"))
+        else:
+            groups.append(tuple(p + f"linear_attn.in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")))
+        if not config.is_moe:
+            groups.append((p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"))
+    return groups
+
+
+def _grouped_buffers(groups: list[tuple[str, ...]], shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
+                     device) -> dict[str, torch.Tensor]:
+    """One empty buffer per group; -> each name's view of its rows (filled as the tensors are read)."""
+    views = {}
+    for group in groups:
+        rows = [shapes[name][0] for name in group]
+        buffer = torch.empty((sum(rows), *shapes[group[0]][1:]), dtype=dtype, device=device)
+        views.update(zip(group, buffer.split(rows)))
+    return views
+
+
 def stored_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
     """The dtype a weight is kept in: ``dtype``, except the GDN gate parameters (float32, as transformers)."""
     return torch.float32 if name.endswith(("A_log", "dt_bias")) else dtype
@@ -239,9 +272,10 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
 
     weights: dict[str, torch.Tensor] = {}
     scales: dict[str, torch.Tensor] = {}
-    # Per-expert tensors are copied into their fused tensor as they are read.
+    # Per-expert tensors are copied into their fused tensor as they are read; so are the grouped ones.
     for name in fused:
         weights[name] = torch.empty(shapes[name], dtype=dtype, device=device)
+    grouped = _grouped_buffers(fused_groups(config), shapes, dtype, device)
     for path, pairs in by_file.items():
         with _open(path) as f:
             for ckpt_name, name in pairs:
@@ -268,5 +302,8 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                                        f"expected {shapes[name]} for this config")
                 if not t.is_floating_point():
                     raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
-                weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
+                if name in grouped:
+                    weights[name] = grouped[name].copy_(t)
+                else:
+                    weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
     return weights, scales
