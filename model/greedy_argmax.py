@@ -8,15 +8,19 @@ overhead"), and it runs for every sampling row of every step. This returns exact
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .layers import linear
 
 BLOCK = 1024  # tokens per block: V / BLOCK block maxima and one block per row for the second pass
 MIN_VOCAB = 8 * BLOCK  # below this, one argmax is as cheap as the two passes
-# Float32 logits of one vocabulary slice in linear_greedy_argmax: about the L2 cache, so that the slice is
-# read back by the argmax from cache instead of making the [S, V] logits (32 MB at S = 32) cross memory twice.
-HEAD_SLICE_BYTES = 1 << 20
+# Float32 logits of one vocabulary slice in linear_greedy_argmax (QWEN_OPS_HEAD_SLICE_BYTES; 0: the whole
+# vocabulary in one pass). Slices of about the L2 cache (1 MB) keep the logits in cache for the argmax, but
+# on the project's 2-core machine, with F.linear serving the lm_head at 32 rows, they were slower than one
+# pass (bench/RESULTS.md, section "Decode step outside the projections"), so the default is one pass.
+HEAD_SLICE_BYTES = int(os.environ.get("QWEN_OPS_HEAD_SLICE_BYTES", "0"))
 
 
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -47,13 +51,16 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     return start + logits.gather(1, index).argmax(dim=-1)
 
 
-def head_slice_rows(rows: int, vocab: int) -> int:
+def head_slice_rows(rows: int, vocab: int, slice_bytes: int | None = None) -> int:
     """Vocabulary rows per slice of ``linear_greedy_argmax`` for ``rows`` hidden states (>= ``vocab``: one slice).
 
-    About ``HEAD_SLICE_BYTES`` of float32 logits, a multiple of ``BLOCK``, at least ``MIN_VOCAB`` (so each
-    slice takes greedy_argmax's two passes).
+    About ``slice_bytes`` (default ``HEAD_SLICE_BYTES``; 0: one slice) of float32 logits, a multiple of
+    ``BLOCK``, at least ``MIN_VOCAB`` (so each slice takes greedy_argmax's two passes).
     """
-    return max(MIN_VOCAB, HEAD_SLICE_BYTES // (4 * max(rows, 1)) // BLOCK * BLOCK)
+    slice_bytes = HEAD_SLICE_BYTES if slice_bytes is None else slice_bytes
+    if slice_bytes <= 0:
+        return vocab
+    return max(MIN_VOCAB, slice_bytes // (4 * max(rows, 1)) // BLOCK * BLOCK)
 
 
 def linear_greedy_argmax(hidden: torch.Tensor, weight: torch.Tensor, slice_rows: int | None = None) -> torch.Tensor:

@@ -82,7 +82,9 @@ def test_head_argmax_matches_the_logits_argmax_at_the_default_model_shape(rows):
     """The default model's lm_head ([248320, 128]): many slices at 32 rows, one at 1 row."""
     g = torch.Generator().manual_seed(rows)
     weight = torch.randn(248320, 128, generator=g) * 0.02
-    check_head(torch.randn(rows, 128, generator=g), weight)
+    hidden = torch.randn(rows, 128, generator=g)
+    check_head(hidden, weight)  # the default (one slice)
+    check_head(hidden, weight, slice_rows=head_slice_rows(rows, 248320, slice_bytes=1 << 20))
 
 
 @pytest.mark.parametrize("rows", [1, 16, 32])
@@ -93,7 +95,8 @@ def test_head_slices_compute_the_same_logits_as_the_whole_head(rows):
     g = torch.Generator().manual_seed(100 + rows)
     weight, hidden = torch.randn(40 * BLOCK, 128, generator=g), torch.randn(rows, 128, generator=g)
     whole = linear(hidden, weight)
-    step = head_slice_rows(32, weight.shape[0])
+    step = head_slice_rows(32, weight.shape[0], slice_bytes=1 << 20)
+    assert step < weight.shape[0]
     for start in range(0, weight.shape[0], step):
         assert torch.equal(linear(hidden, weight[start:start + step]), whole[:, start:start + step]), start
 
