@@ -17,6 +17,13 @@ in memory; or one 2-D tensor per expert and projection,
 ``save_pretrained`` writes and what quantised checkpoints use). Per-expert
 tensors are stacked into the fused names at load time, so the model always sees
 the fused layout.
+
+With stacked projections on (``fused_projection.set_fused_projections``, off by
+default), weights that the model multiplies by the same input (``fused_groups``:
+a GDN layer's four input projections, an attention layer's q/k/v, an MLP's gate
+and up) are read into one buffer per group, back to back, each name a view of
+its rows: the names and shapes stay those of the checkpoint, and the model's
+``FusedProjection`` stacks them without a copy.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ import re
 import torch
 
 from .config import Qwen35Config
+from .fused_projection import fused_projections_enabled
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -275,7 +283,7 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
     # Per-expert tensors are copied into their fused tensor as they are read; so are the grouped ones.
     for name in fused:
         weights[name] = torch.empty(shapes[name], dtype=dtype, device=device)
-    grouped = _grouped_buffers(fused_groups(config), shapes, dtype, device)
+    grouped = _grouped_buffers(fused_groups(config), shapes, dtype, device) if fused_projections_enabled() else {}
     for path, pairs in by_file.items():
         with _open(path) as f:
             for ckpt_name, name in pairs:

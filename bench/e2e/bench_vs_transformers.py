@@ -11,8 +11,8 @@ Workloads (greedy, random token-id prompts, no EOS stop):
      alternating (A B A B ...: on a shared machine only such paired runs compare), medians printed;
      ``--ab-small-m-linear`` adds the engine with its CPU small-M projection kernel off
      (``model.layers.set_small_m_linear(False)``: F.linear) as a third engine in the same rotation;
-     ``--ab-fused-projections`` likewise adds the engine with its stacked projections run one by one
-     (``model.fused_projection.set_fused_projections(False)``);
+     ``--ab-fused-projections`` loads the model with stacked projections (``model/fused_projection.py``,
+     off by default) and adds the engine with them run one by one as a third engine;
   c  a sweep over decoding batch sizes (1, 4, 16, 64, 256), 16-token prompts, writes a PNG of
      decode throughput against batch size for both engines.
 transformers serves a and b one prompt at a time, and batched with left padding; the batched run
@@ -212,10 +212,12 @@ def single_request(llm, hf, prompts, new_tokens, repeats, ab_small_m_linear, ban
 
     -> whether every engine run gave transformers' greedy tokens.
     """
-    from qwen_ops.model.fused_projection import set_fused_projections
+    from qwen_ops.model.fused_projection import fused_projections_enabled, set_fused_projections
     from qwen_ops.model.layers import set_small_m_linear
 
-    def engine(small_m, fused=True):
+    loaded_fused = fused_projections_enabled()  # how the model was loaded (main turns it on for the A/B)
+
+    def engine(small_m, fused=loaded_fused):
         def run():
             previous = set_small_m_linear(small_m), set_fused_projections(fused)
             try:
@@ -343,6 +345,10 @@ def main(argv=None) -> int:
     if args.batch_sizes:
         c["batch_sizes"] = tuple(int(x) for x in args.batch_sizes.split(","))
     model_dir = args.model or default_model_dir()
+    if args.ab_fused_projections:
+        from qwen_ops.model.fused_projection import set_fused_projections
+
+        set_fused_projections(True)  # before loading: the weights are laid out for stacking at load
     max_seqs = max(max(c["batch_sizes"]), a["num_requests"])
     llm = LLM(model_dir, dtype=args.dtype, max_num_seqs=max_seqs,
               max_num_batched_tokens=max(2048, max_seqs), max_model_len=2048)

@@ -25,6 +25,14 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
+@pytest.fixture
+def stacked():
+    """Stacked projections on (they are off by default) for the test, restored after it."""
+    previous = set_fused_projections(True)
+    yield
+    set_fused_projections(previous)
+
+
 def test_concat_rows_is_a_view_of_adjacent_rows_and_a_copy_otherwise():
     buffer = torch.randn(10, 4)
     parts = buffer.split([3, 5, 2])
@@ -44,7 +52,7 @@ def test_concat_rows_is_a_view_of_adjacent_rows_and_a_copy_otherwise():
 
 
 @pytest.mark.parametrize("rows", [1, 3, 40])
-def test_fused_projection_matches_its_parts(rows):
+def test_fused_projection_matches_its_parts(rows, stacked):
     gen = torch.Generator().manual_seed(rows)
     weights = [torch.randn(n, 64, generator=gen) for n in (48, 16, 4, 4)]
     biases = [torch.randn(n, generator=gen) for n in (48, 16, 4, 4)]
@@ -65,7 +73,7 @@ def test_fused_projection_matches_its_parts(rows):
         FusedProjection(weights, biases[:2])
 
 
-def test_load_weights_lays_groups_back_to_back_with_the_checkpoint_values(checkpoint):
+def test_load_weights_lays_groups_back_to_back_with_the_checkpoint_values(checkpoint, stacked):
     config = Qwen35Config.from_pretrained(checkpoint)
     weights, _ = load_weights(checkpoint, config, torch.float32)
     saved = {text_model_name(k, config.multimodal): v for k, v in
@@ -80,7 +88,7 @@ def test_load_weights_lays_groups_back_to_back_with_the_checkpoint_values(checkp
         assert torch.equal(stacked, torch.cat([saved[name].float() for name in group]))
 
 
-def test_model_stacks_the_loaded_weights_without_copying(text_checkpoint):
+def test_model_stacks_the_loaded_weights_without_copying(text_checkpoint, stacked):
     config = Qwen35Config.from_pretrained(text_checkpoint)
     weights, _ = load_weights(text_checkpoint, config, torch.float32)
     model = Qwen35ForCausalLM(config, weights)
@@ -101,7 +109,7 @@ def test_model_stacks_the_loaded_weights_without_copying(text_checkpoint):
         assert torch.equal(mlp.gate_up.parts[1], weights[f"layers.{i}.mlp.up_proj.weight"])
 
 
-def test_model_built_from_separate_tensors_stacks_copies(text_checkpoint):
+def test_model_built_from_separate_tensors_stacks_copies(text_checkpoint, stacked):
     """Weights that are not laid out by load_weights (a dict built by hand) are stacked with a copy, same values."""
     config = Qwen35Config.from_pretrained(text_checkpoint)
     loaded, _ = load_weights(text_checkpoint, config, torch.float32)
@@ -111,7 +119,7 @@ def test_model_built_from_separate_tensors_stacks_copies(text_checkpoint):
     assert torch.equal(gdn.z_w, weights["layers.0.linear_attn.in_proj_z.weight"])
 
 
-def test_logits_and_tokens_match_unstacked_projections(checkpoint, gen):
+def test_logits_and_tokens_match_unstacked_projections(checkpoint, gen, stacked):
     prompt = torch.randint(1, 256, (37,), generator=gen).tolist()  # a prefill (F.linear) ...
     llm = LLM(checkpoint, num_blocks=32, max_num_seqs=2)
     from qwen_ops import SamplingParams
@@ -131,3 +139,20 @@ def test_logits_and_tokens_match_unstacked_projections(checkpoint, gen):
         assert a.keys() == b.keys()
         torch.testing.assert_close(torch.tensor(list(a.values())), torch.tensor(list(b.values())),
                                    **STACKED_VS_PARTS)
+
+
+def test_off_by_default_loads_and_runs_the_weights_apart(text_checkpoint):
+    """Off (the default): no group buffers, every part its own tensor, one call per part."""
+    previous = set_fused_projections(False)
+    try:
+        config = Qwen35Config.from_pretrained(text_checkpoint)
+        weights, _ = load_weights(text_checkpoint, config, torch.float32)
+        q, k = weights["layers.3.self_attn.q_proj.weight"], weights["layers.3.self_attn.k_proj.weight"]
+        assert not same_storage(q, k)
+        attention = FullAttention(config, 3, weights, None)
+        assert attention.qkv.weight is None and attention.q_w is q
+        x = torch.randn(2, config.hidden_size)
+        for got, w in zip(attention.qkv(x), (q, k, weights["layers.3.self_attn.v_proj.weight"])):
+            torch.testing.assert_close(got, F.linear(x, w), **STACKED_VS_PARTS)
+    finally:
+        set_fused_projections(previous)
