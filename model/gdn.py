@@ -19,11 +19,16 @@ from .backends import backend_chooser
 from .config import Qwen35Config
 from .kv_cache import gdn_layer_groups
 from .step_inputs import StepInputs
+from .fused_projection import FusedProjection
 from .layers import gated_rms_norm, linear
 
 
 class GatedDeltaNet:
-    """in_proj_qkv -> causal conv + SiLU over [q | k | v] -> gated delta rule -> gated RMSNorm -> out_proj."""
+    """in_proj_qkv -> causal conv + SiLU over [q | k | v] -> gated delta rule -> gated RMSNorm -> out_proj.
+
+    The four input projections (qkv, z, b, a) run as one ``FusedProjection``; ``qkv_w``, ``z_w``,
+    ``b_w``, ``a_w`` are views of its stacked weight.
+    """
 
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
         p = f"layers.{layer}.linear_attn."
@@ -34,8 +39,9 @@ class GatedDeltaNet:
         self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
         self.key_dim, self.value_dim = config.gdn_key_dim, config.gdn_value_dim
         self.eps = config.rms_norm_eps
-        self.qkv_w = weights[p + "in_proj_qkv.weight"]
-        self.z_w, self.b_w, self.a_w = (weights[p + f"in_proj_{n}.weight"] for n in "zba")
+        # The order of weights.fused_groups, so that the stacked weight is a view of the loaded ones.
+        self.in_proj = FusedProjection([weights[p + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")])
+        self.qkv_w, self.z_w, self.b_w, self.a_w = self.in_proj.parts
         self.conv_w = weights[p + "conv1d.weight"].squeeze(1).contiguous()  # [C, 1, K] -> [C, K]
         self.A_log, self.dt_bias = weights[p + "A_log"], weights[p + "dt_bias"]
         self.norm_w = weights[p + "norm.weight"]
@@ -45,10 +51,8 @@ class GatedDeltaNet:
         """x: [T, hidden] -> [T, hidden]."""
         t = x.shape[0]
         conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
-        mixed = linear(x, self.qkv_w)
-        z = linear(x, self.z_w)
-        g, beta = ops.fused_gdn_gating(self.A_log, linear(x, self.a_w).contiguous(),
-                                       linear(x, self.b_w).contiguous(), self.dt_bias,
+        mixed, z, b, a = self.in_proj(x)  # column views of one [T, conv_dim + value_dim + 2 nv] output
+        g, beta = ops.fused_gdn_gating(self.A_log, a.contiguous(), b.contiguous(), self.dt_bias,
                                        backend=self.backend("fused_gdn_gating"))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens

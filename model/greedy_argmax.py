@@ -1,4 +1,5 @@
-"""Greedy token choice over a large vocabulary: ``torch.argmax`` in two cheap passes.
+"""Greedy token choice over a large vocabulary: ``torch.argmax`` in two cheap passes, and the greedy
+tokens straight from the final hidden states without the [S, V] logits (``linear_greedy_argmax``).
 
 On the CPU ``argmax`` over the last dim of [S, V] float32 logits ran about ten times slower than
 ``amax`` at [32, 248320] (bench/RESULTS.md, section "Scheduler speed and the engine's host
@@ -7,10 +8,19 @@ overhead"), and it runs for every sampling row of every step. This returns exact
 """
 from __future__ import annotations
 
+import os
+
 import torch
+
+from .layers import linear
 
 BLOCK = 1024  # tokens per block: V / BLOCK block maxima and one block per row for the second pass
 MIN_VOCAB = 8 * BLOCK  # below this, one argmax is as cheap as the two passes
+# Float32 logits of one vocabulary slice in linear_greedy_argmax (QWEN_OPS_HEAD_SLICE_BYTES; 0: the whole
+# vocabulary in one pass). Slices of about the L2 cache (1 MB) keep the logits in cache for the argmax, but
+# on the project's 2-core machine, with F.linear serving the lm_head at 32 rows, they were slower than one
+# pass (bench/RESULTS.md, section "Decode step outside the projections"), so the default is one pass.
+HEAD_SLICE_BYTES = int(os.environ.get("QWEN_OPS_HEAD_SLICE_BYTES", "0"))
 
 
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -39,3 +49,47 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     # in the block: argmax's first occurrence is never one of them.
     index = (start[:, None] + torch.arange(BLOCK, device=logits.device)).clamp_(max=vocab - 1)
     return start + logits.gather(1, index).argmax(dim=-1)
+
+
+def head_slice_rows(rows: int, vocab: int, slice_bytes: int | None = None) -> int:
+    """Vocabulary rows per slice of ``linear_greedy_argmax`` for ``rows`` hidden states (>= ``vocab``: one slice).
+
+    About ``slice_bytes`` (default ``HEAD_SLICE_BYTES``; 0: one slice) of float32 logits, a multiple of
+    ``BLOCK``, at least ``MIN_VOCAB`` (so each slice takes greedy_argmax's two passes).
+    """
+    slice_bytes = HEAD_SLICE_BYTES if slice_bytes is None else slice_bytes
+    if slice_bytes <= 0:
+        return vocab
+    return max(MIN_VOCAB, slice_bytes // (4 * max(rows, 1)) // BLOCK * BLOCK)
+
+
+def linear_greedy_argmax(hidden: torch.Tensor, weight: torch.Tensor, slice_rows: int | None = None) -> torch.Tensor:
+    """``greedy_argmax(linear(hidden, weight).float())`` (= its ``argmax(dim=-1)``) without the [S, V] logits.
+
+    hidden: [S, H]; weight: [V, H] (the lm_head), same dtype and device -> int64 [S].
+
+    The vocabulary is taken ``slice_rows`` rows at a time (default ``head_slice_rows(S, V)``): each
+    slice's logits ``linear(hidden, weight[slice])`` give each row's first maximum in the slice and its
+    value, and the answer is the first slice whose value is the row's maximum. That is exactly the first
+    maximum of the whole row (ties go to the lowest index; a NaN counts as the maximum, as in
+    ``torch.argmax``), of logits that are ``linear``'s over the whole weight wherever ``linear`` computes
+    an output column the same way whatever the other rows of the weight (the projections' CPU kernels
+    and F.linear do: tests/model/test_greedy_argmax.py checks it on the model's shapes).
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"linear_greedy_argmax: hidden must be [S, H] and weight [V, H], got "
+                         f"{tuple(hidden.shape)} and {tuple(weight.shape)}")
+    rows, vocab = hidden.shape[0], weight.shape[0]
+    step = slice_rows or head_slice_rows(rows, vocab)
+    if step >= vocab or rows == 0:
+        return greedy_argmax(linear(hidden, weight).float())
+    starts = range(0, vocab, step)
+    values = torch.empty(rows, len(starts), dtype=torch.float32, device=hidden.device)
+    indices = torch.empty(rows, len(starts), dtype=torch.int64, device=hidden.device)
+    for j, start in enumerate(starts):
+        logits = linear(hidden, weight[start:start + step]).float()  # [S, <= step]: row slices are contiguous
+        first = greedy_argmax(logits)
+        values[:, j] = logits.gather(1, first[:, None])[:, 0]
+        indices[:, j] = first + start
+    # argmax over the slices: the first slice holding the row maximum (or its first NaN).
+    return indices.gather(1, values.argmax(dim=-1, keepdim=True))[:, 0]

@@ -50,9 +50,23 @@ def rms_norm_zero_centred(x: torch.Tensor, weight: torch.Tensor, eps: float) -> 
     Qwen3.5 stores ``w`` centred on zero (all its norms but the GDN output norm).
     x: [..., H]; weight: [H].
     """
+    return rms_norm_scaled(x, zero_centred_scale(weight), eps)
+
+
+def zero_centred_scale(weight: torch.Tensor) -> torch.Tensor:
+    """``1 + w`` in float32: the factor a zero-centred norm weight ``w`` [H] multiplies by (made once at load)."""
+    return 1.0 + weight.float()
+
+
+def rms_norm_scaled(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x * rsqrt(mean(x^2) + eps) * scale`` over the last dim, in float32, cast back to x's dtype.
+
+    x: [..., H]; scale: float32 [H] (``zero_centred_scale(w)``). The same operations in the same order as
+    ``rms_norm_zero_centred`` (so the same bits), the temporaries updated in place.
+    """
     xf = x.float()
-    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (normed * (1.0 + weight.float())).to(x.dtype)
+    normed = xf * xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    return normed.mul_(scale).to(x.dtype)
 
 
 def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -180,8 +180,12 @@ class ModelRunner:
         if self.spec is not None:
             return self._verify_and_draft(out, prepared, inputs, hidden, result)
         if prepared.sampling_req_ids:
-            logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
-            tokens, lps = sample(logits, prepared.params, prepared.generators)
+            rows = hidden.index_select(0, inputs.logits_indices)
+            if all(p.greedy and p.logprobs is None for p in prepared.params):
+                # Only the argmax is needed: the head gives it slice by slice, without the [S, V] logits.
+                tokens, lps = self.model.greedy_tokens(rows).tolist(), [None] * len(prepared.params)
+            else:
+                tokens, lps = sample(self.model.compute_logits(rows), prepared.params, prepared.generators)
             for request_id, token, lp in zip(prepared.sampling_req_ids, tokens, lps):
                 result.sampled_token_ids[request_id], result.logprobs[request_id] = [token], lp
         return result

@@ -12,9 +12,11 @@ import torch.nn.functional as F
 
 from .attention import FullAttention, KVObserver
 from .config import Qwen35Config
+from .dense_mlp import DenseMLP
+from .greedy_argmax import linear_greedy_argmax
 from .step_inputs import StepInputs
 from .gdn import GatedDeltaNet
-from .layers import linear, rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
+from .layers import linear, rms_norm_scaled, rope_cos_sin, zero_centred_scale
 from .moe import RoutingObserver, SparseMoeBlock
 from .weights import load_weights
 
@@ -35,7 +37,7 @@ class Qwen35ForCausalLM:
         self.backend = backend
         self.embed = weights["embed_tokens.weight"]
         self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head.weight"]
-        self.final_norm = weights["norm.weight"]
+        self.final_norm_scale = zero_centred_scale(weights["norm.weight"])  # 1 + w, made once
         self.kv_cache_scales = kv_cache_scales or {}
         self.routing_observer: RoutingObserver | None = None
         self.layers = []
@@ -45,12 +47,12 @@ class Qwen35ForCausalLM:
             if config.is_moe:
                 mlp = SparseMoeBlock(config, i, weights, backend)
             else:
-                mlp = (weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"],
-                       weights[p + "mlp.down_proj.weight"])
+                mlp = DenseMLP(weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"],
+                               weights[p + "mlp.down_proj.weight"])
             self.layers.append((
                 mixer,
-                weights[p + "input_layernorm.weight"],
-                weights[p + "post_attention_layernorm.weight"],
+                zero_centred_scale(weights[p + "input_layernorm.weight"]),
+                zero_centred_scale(weights[p + "post_attention_layernorm.weight"]),
                 mlp,
             ))
 
@@ -78,18 +80,23 @@ class Qwen35ForCausalLM:
         eps = self.config.rms_norm_eps
         x = F.embedding(batch.input_ids, self.embed)
         cos, sin = rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)
-        for mixer, in_norm, post_norm, mlp in self.layers:
-            h = rms_norm_zero_centred(x, in_norm, eps)
+        for mixer, in_scale, post_scale, mlp in self.layers:
+            h = rms_norm_scaled(x, in_scale, eps)
             if isinstance(mixer, FullAttention):
                 h = mixer.forward(h, cos, sin, batch, caches, kv_observer)
             else:
                 h = mixer.forward(h, batch, caches)
             x = x + h
-            h = rms_norm_zero_centred(x, post_norm, eps)
-            x = x + (mlp.forward(h, self.routing_observer) if isinstance(mlp, SparseMoeBlock) else swiglu_mlp(h, *mlp))
-        return rms_norm_zero_centred(x, self.final_norm, eps)
+            h = rms_norm_scaled(x, post_scale, eps)
+            x = x + (mlp.forward(h, self.routing_observer) if isinstance(mlp, SparseMoeBlock) else mlp(h))
+        return rms_norm_scaled(x, self.final_norm_scale, eps)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[S, hidden] -> float32 logits [S, vocab]."""
         return linear(hidden, self.lm_head).float()
+
+    @torch.inference_mode()
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[S, hidden] -> int64 [S]: ``compute_logits(hidden).argmax(-1)`` without making the logits."""
+        return linear_greedy_argmax(hidden, self.lm_head)

@@ -73,6 +73,7 @@ def phase_table(model, batch: int, context: int, steps: int) -> None:
             (runner.input_batch, "update", "input_batch.update"), (runner.input_batch, "prepare", "input_batch.prepare"),
             (step_metadata.StepMetadata, "validate", "validate"), (step_inputs.StepInputs, "build", "StepInputs.build"),
             (runner.model, "forward", "model.forward"), (runner.model, "compute_logits", "compute_logits (lm_head)"),
+            (runner.model, "greedy_tokens", "greedy_tokens (lm_head + argmax, greedy steps)"),
             (model_runner, "sample", "sample"), (runner, "execute", "(model_runner.execute, all of it)"),
             (runner, "_forward", "(model_runner._forward, all of it)"), (engine, "_apply", "engine._apply"),
             (engine, "_output", "engine._output")):

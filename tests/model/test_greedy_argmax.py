@@ -1,10 +1,13 @@
 """greedy_argmax returns exactly torch.argmax's index (first maximum), on the shapes the sampler sees and
 on the cases a block-wise search could get wrong: ties across and inside blocks, the short last block,
-the last position, rows of -inf, NaN, a small vocabulary and a non-contiguous view."""
+the last position, rows of -inf, NaN, a small vocabulary and a non-contiguous view. linear_greedy_argmax
+(the head's argmax taken slice by slice, without the logits) returns the argmax of ``linear``'s logits
+on the same kinds of cases across its slices."""
 import pytest
 import torch
 
-from qwen_ops.model.greedy_argmax import BLOCK, MIN_VOCAB, greedy_argmax
+from qwen_ops.model.greedy_argmax import BLOCK, MIN_VOCAB, greedy_argmax, head_slice_rows, linear_greedy_argmax
+from qwen_ops.model.layers import linear
 
 
 def check(logits: torch.Tensor) -> None:
@@ -54,3 +57,80 @@ def test_bad_input_is_refused():
         greedy_argmax(torch.zeros(MIN_VOCAB, dtype=torch.int64)[None])
     with pytest.raises(ValueError, match="greedy_argmax"):
         greedy_argmax(torch.zeros(2, 3, MIN_VOCAB))
+
+
+# ----------------------------------------------------------------------------- the head's argmax without logits
+
+def integer_head(rows: int, vocab: int, hidden: int, seed: int):
+    """Small-integer hidden states and weight: every logit is an exact integer in float32, whatever order a
+    kernel sums in, so ties are real ties."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(-3, 4, (rows, hidden), generator=g).float(),
+            torch.randint(-3, 4, (vocab, hidden), generator=g).float())
+
+
+def check_head(hidden: torch.Tensor, weight: torch.Tensor, **kwargs) -> torch.Tensor:
+    got = linear_greedy_argmax(hidden, weight, **kwargs)
+    logits = linear(hidden, weight).float()
+    assert got.dtype == torch.int64 and got.shape == hidden.shape[:1]
+    assert torch.equal(got, logits.argmax(dim=-1))
+    return got
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 32])
+def test_head_argmax_matches_the_logits_argmax_at_the_default_model_shape(rows):
+    """The default model's lm_head ([248320, 128]): many slices at 32 rows, one at 1 row."""
+    g = torch.Generator().manual_seed(rows)
+    weight = torch.randn(248320, 128, generator=g) * 0.02
+    hidden = torch.randn(rows, 128, generator=g)
+    check_head(hidden, weight)  # the default (one slice)
+    check_head(hidden, weight, slice_rows=head_slice_rows(rows, 248320, slice_bytes=1 << 20))
+
+
+@pytest.mark.parametrize("rows", [1, 16, 32])
+def test_head_slices_compute_the_same_logits_as_the_whole_head(rows):
+    """The premise of the sliced argmax: ``linear`` gives an output column the same bits whatever the other
+    rows of the weight, on the shapes the engine slices (a projection kernel that broke this would make the
+    sliced argmax differ from the logits' argmax on near-ties)."""
+    g = torch.Generator().manual_seed(100 + rows)
+    weight, hidden = torch.randn(40 * BLOCK, 128, generator=g), torch.randn(rows, 128, generator=g)
+    whole = linear(hidden, weight)
+    step = head_slice_rows(32, weight.shape[0], slice_bytes=1 << 20)
+    assert step < weight.shape[0]
+    for start in range(0, weight.shape[0], step):
+        assert torch.equal(linear(hidden, weight[start:start + step]), whole[:, start:start + step]), start
+
+
+def test_head_argmax_ties_nan_and_slice_edges():
+    step = 2 * BLOCK
+    hidden, weight = integer_head(6, 7 * step + 300, 16, seed=3)  # a short last slice
+    top = torch.full((16,), 3.0)  # a weight row whose logit beats every random one for all-positive rows
+    hidden[:] = hidden.abs() + 1
+    for r in (5, 3 * step + 1, 6 * step):  # a tie across slices: the first wins
+        weight[r] = top
+    assert check_head(hidden, weight, slice_rows=step).tolist() == [5] * 6
+    weight[5] = 0.0
+    weight[3 * step + 1] = 0.0
+    weight[[step - 1, step]] = top  # a tie straddling a slice boundary
+    assert check_head(hidden, weight, slice_rows=step).tolist() == [step - 1] * 6
+    weight[7 * step + 299] = top * 2  # the very last row, inside the short slice
+    assert check_head(hidden, weight, slice_rows=step).tolist() == [7 * step + 299] * 6
+    weight[4 * step + 7, 0] = float("nan")  # a NaN counts as the maximum, the first NaN wins
+    weight[6 * step + 1, 3] = float("nan")
+    assert check_head(hidden, weight, slice_rows=step).tolist() == [4 * step + 7] * 6
+    check_head(hidden, torch.zeros_like(weight), slice_rows=step)  # all equal: index 0
+    check_head(hidden[:0], weight, slice_rows=step)
+
+
+@pytest.mark.parametrize("slice_rows", [BLOCK, 3 * BLOCK + 5, None])
+def test_head_argmax_any_slice_size(slice_rows):
+    hidden, weight = integer_head(9, 20 * BLOCK + 11, 8, seed=slice_rows or 0)  # many exact ties
+    check_head(hidden, weight, slice_rows=slice_rows)
+    check_head(hidden.to(torch.bfloat16), weight.to(torch.bfloat16), slice_rows=slice_rows)
+
+
+def test_head_argmax_refuses_bad_shapes():
+    with pytest.raises(ValueError, match=r"linear_greedy_argmax: hidden must be \[S, H\] and weight \[V, H\]"):
+        linear_greedy_argmax(torch.zeros(2, 8), torch.zeros(100, 9))
+    with pytest.raises(ValueError, match="linear_greedy_argmax"):
+        linear_greedy_argmax(torch.zeros(8), torch.zeros(100, 8))
