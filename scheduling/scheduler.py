@@ -261,7 +261,10 @@ class Scheduler:
                 index += 1  # nothing to do for it now; not a reason to stop
                 continue
 
-            blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
+            if computed + num_new <= request.no_alloc_end and computed <= request.no_alloc_start:
+                blocks = []  # what allocate_slots would return, without the call (see Request.no_alloc_end)
+            else:
+                blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
             while blocks is None:
                 victim = self._pick_victim()
                 if cfg.policy == "priority":
@@ -447,7 +450,7 @@ class Scheduler:
                 token_ids[request_id] = tokens[start : start + num_new]
             block_ids[request_id] = request.block_ids
             if hybrid:
-                group_block_ids[request_id] = per_group(request)
+                group_block_ids[request_id] = request.group_tables or per_group(request)
                 state_slots[request_id] = request.state_slot
             if start + num_known >= len(tokens):
                 sampling.append(request_id)
