@@ -242,9 +242,16 @@ class HybridKVCacheManager:
 
     def block_ids_per_group(self, request: Request) -> tuple[list[int], ...]:
         """The request's block tables in vLLM's group order: GDN groups, then attention."""
+        tables = request.group_tables
+        if tables is not None:
+            return tables
         request_id = request.request_id
-        return (*[tables[request_id] if request_id in tables else [] for tables in self._group_tables],
-                request.block_ids)
+        tables = (*[tables[request_id] if request_id in tables else [] for tables in self._group_tables],
+                  request.block_ids)
+        if all(request_id in tables for tables in self._group_tables):
+            # Every group holds its live table now: they keep their identity until free().
+            request.group_tables = tables
+        return tables
 
     # ----------------------------------------------------------------- hits
 
@@ -313,6 +320,7 @@ class HybridKVCacheManager:
                     self._gdn_groups_need_nothing(request, end):
                 if self.enable_caching and not self._nothing_to_cache(request, min(end, len(request.all_token_ids))):
                     self.cache_blocks(request, min(end, len(request.all_token_ids)))
+                    self._set_no_alloc_window(request, num_lookahead_tokens)
                 return []
         hit = hit or PrefixHit()
         num_computed = min(request.num_computed_tokens + hit.num_tokens, self.max_model_len)
@@ -342,7 +350,42 @@ class HybridKVCacheManager:
         request.block_ids.extend(new_blocks)
         # Draft tokens may be rejected: only known tokens are cached.
         self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        self._set_no_alloc_window(request, num_lookahead_tokens)
         return new_blocks
+
+    def _set_no_alloc_window(self, request: Request, num_lookahead_tokens: int) -> None:
+        """Bound the steps whose allocate_slots(request, n, None, num_lookahead_tokens) would take the
+        fast path and register nothing (see Request.no_alloc_end): the conditions of
+        _gdn_groups_need_nothing and _nothing_to_cache solved for the step's end and, in align
+        mode, its start. Each bound only grows with the state it reads (tables, retired and
+        cached columns, attention blocks) until free() resets it, so a stale bound is low (safe)."""
+        size, request_id = self.block_size, request.request_id
+        end = len(request.block_ids) * size - num_lookahead_tokens
+        start = end  # no bound of its own: a step's start is below its end
+        if self.gdn_groups:
+            group = self.gdn_groups[0]  # all GDN groups evolve alike (see _gdn_groups_need_nothing)
+            table = group.tables.get(request_id)
+            spec = group.num_spec_blocks
+            if table is None or (not group.align and len(table) < 1 + spec) or (
+                    group.align and request_id not in group.allocated):
+                request.no_alloc_end = request.no_alloc_start = -1
+                return
+            if group.align:
+                gdn_size = group.block_size
+                end = min(end, (len(table) - spec) * gdn_size)  # no new state column
+                retired = group.num_retired.get(request_id, 0)
+                if retired < len(table):  # no column to retire before the step's start
+                    start = min(start, (retired + 1) * gdn_size)
+                state = group.last_state_index.get(request_id)
+                if state is not None and table[state] != NULL_BLOCK:  # the previous state still needed
+                    start = min(start, (state + 1) * gdn_size)
+                start = max(start, 1)  # a cursor of 0 or 1 releases nothing
+        if self.enable_caching:
+            num_full = request.num_cached_blocks
+            for num_cached in self._group_num_cached:
+                num_full = min(num_full, num_cached.get(request_id, 0))
+            end = min(end, (num_full + 1) * size - 1)  # no block past the registered ones completes
+        request.no_alloc_end, request.no_alloc_start = end, start
 
     def _gdn_groups_need_nothing(self, request: Request, num_tokens_main: int) -> bool:
         """Whether a running request's step leaves every GDN table as it is (no page taken or
@@ -409,3 +452,5 @@ class HybridKVCacheManager:
         self.pool.free(reversed(request.block_ids))
         request.block_ids = []
         request.num_cached_blocks = 0
+        request.no_alloc_end = request.no_alloc_start = -1
+        request.group_tables = None

@@ -90,6 +90,7 @@ class KVCacheManager:
                 if self.enable_caching and end // block_size > request.num_cached_blocks:
                     # A block may have just completed (cache_blocks checks): register it.
                     self.cache_blocks(request, min(end, len(request.all_token_ids)))
+                    self._set_no_alloc_window(request, num_lookahead_tokens)
                 return []
         num_computed = min(request.num_computed_tokens + len(cached_blocks) * block_size, self.max_model_len)
         free = self.pool.num_free_blocks
@@ -113,7 +114,21 @@ class KVCacheManager:
             # the same prefix admitted later in this very step already hits them.
             # Draft tokens may be rejected: only known tokens are cached.
             self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        self._set_no_alloc_window(request, num_lookahead_tokens)
         return new_blocks
+
+    def _set_no_alloc_window(self, request: Request, num_lookahead_tokens: int) -> None:
+        """Bound the steps whose allocate_slots(request, n, (), num_lookahead_tokens) would take the fast
+        path and register nothing (see Request.no_alloc_end; the scheduler's lookahead never changes):
+        room in the blocks held, lookahead included, and (caching)
+        no block past the registered ones completed. The bounds only grow with the state they
+        read until free() resets them, so a stale bound is low (safe), never high."""
+        size = self.block_size
+        end = len(request.block_ids) * size - num_lookahead_tokens
+        if self.enable_caching:
+            end = min(end, (request.num_cached_blocks + 1) * size - 1)
+        request.no_alloc_end = end
+        request.no_alloc_start = end
 
     def _num_blocks_to_allocate(self, request: Request, num_tokens: int, cached_blocks) -> int:
         held = len(request.block_ids) + len(cached_blocks)
@@ -138,3 +153,4 @@ class KVCacheManager:
         self.pool.free(reversed(request.block_ids))
         request.block_ids = []  # a new list: block tables handed out earlier stay intact
         request.num_cached_blocks = 0
+        request.no_alloc_end = request.no_alloc_start = -1

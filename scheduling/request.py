@@ -101,6 +101,15 @@ class Request:
         self.block_ids: list[int] = []
         self.num_cached_blocks = 0  # leading blocks already registered in the prefix cache
         self.block_hashes: list[bytes] = []  # chained hash of every full block of tokens
+        # Set by the KV cache manager after each allocation, reset when it frees the request: a
+        # running step from a cursor <= no_alloc_start to an end <= no_alloc_end takes, releases
+        # and caches no page, so schedule() skips allocate_slots (which would return []). Both
+        # bounds are conservative: beyond them allocate_slots decides, as before.
+        self.no_alloc_end = -1
+        self.no_alloc_start = -1
+        # Hybrid models: the per-group block tables (vLLM's group order) once every group holds
+        # one; the lists are live and keep their identity until the request is freed.
+        self.group_tables: tuple[list[int], ...] | None = None
         # A hybrid model's GDN state row (see StateSlotPool), owned by the scheduler.
         self.state_slot: int | None = None
         # The attention prefix hit beyond the GDN hit at the last cache lookup (0: none):

@@ -1,6 +1,7 @@
 """The token-budget scheduler: every step, how many tokens each request advances (vLLM V1 semantics)."""
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -230,6 +231,16 @@ class Scheduler:
         preempted: list[Request] = []
         new_ids, resumed_ids = [], []
         num_cached_tokens: dict[str, int] = {}
+        # What the model runner reads per scheduled request (see _record_admitted).
+        token_ids: dict[str, list[int]] = {}
+        block_ids: dict[str, list[int]] = {}
+        group_block_ids: dict[str, tuple[list[int], ...]] = {}
+        state_slots: dict[str, int] = {}
+        sampling: list[str] = []
+        hybrid = cfg.is_hybrid
+        per_group = kv_cache.block_ids_per_group if hybrid else None
+        priority = cfg.policy == "priority"
+        was_prefill_chunk: dict[str, bool] = {}  # priority: restored if a scheduled request is preempted
         align = self.align_gdn_chunks
         if align:
             kv_cache.new_step_starts()
@@ -243,63 +254,99 @@ class Scheduler:
         # rather than calling properties and min(), which cost more per call.
         running = self.running
         index = 0
+        long_clip = threshold if threshold > 0 else sys.maxsize  # one comparison below instead of two
+        last_position = max_model_len - 1
         while index < len(running) and token_budget > 0:
             request = running[index]
             computed = request.num_computed_tokens
-            num_new = len(request.all_token_ids) + len(request.spec_token_ids) - computed
-            if 0 < threshold < num_new:
-                num_new = threshold
+            tokens = request.all_token_ids
+            num_tokens = len(tokens)
+            num_new = num_tokens + len(request.spec_token_ids) - computed
+            if num_new > long_clip:
+                num_new = long_clip
             if num_new > token_budget:
                 num_new = token_budget
-            if num_new > max_model_len - computed - 1:
+            if computed + num_new > last_position:
                 # The step's last position must leave room for the token it samples.
-                num_new = max_model_len - computed - 1
-            if align and num_new > 0 and computed < max(request.num_prompt_tokens, len(request.all_token_ids) - 1):
+                num_new = last_position - computed
+            if align and num_new > 0 and computed < max(request.num_prompt_tokens, num_tokens - 1):
                 # (A decode, the usual case, is past the prefill: the split would return num_new.)
                 num_new = self._gdn_block_aligned_split(request, num_new)
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
                 continue
 
-            blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
-            while blocks is None:
-                victim = self._pick_victim()
-                if cfg.policy == "priority":
-                    victim_index = running.index(victim)
-                    del running[victim_index]
-                    if victim_index < index:
-                        index -= 1
-                    if victim in scheduled_running:  # give back what it got this step
-                        scheduled_running.remove(victim)
-                        token_budget += num_scheduled.pop(victim.request_id)
-                        del computed_before[victim.request_id]
-                        del new_blocks[victim.request_id]
-                        spec_tokens.pop(victim.request_id, None)
-                else:
-                    running.pop()
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is request:
-                    break
+            end = computed + num_new
+            if end <= request.no_alloc_end and computed <= request.no_alloc_start:
+                blocks = []  # what allocate_slots would return, without the call (see Request.no_alloc_end)
+            else:
                 blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
-            if blocks is None:
-                if cfg.policy == "priority":
-                    continue  # it preempted itself; `index` already points at the next one
-                break
+                while blocks is None:
+                    victim = self._pick_victim()
+                    if priority:
+                        victim_index = running.index(victim)
+                        del running[victim_index]
+                        if victim_index < index:
+                            index -= 1
+                        if victim in scheduled_running:  # give back what it got this step
+                            victim_id = victim.request_id
+                            scheduled_running.remove(victim)
+                            token_budget += num_scheduled.pop(victim_id)
+                            del computed_before[victim_id], new_blocks[victim_id], token_ids[victim_id]
+                            del block_ids[victim_id]
+                            spec_tokens.pop(victim_id, None)
+                            group_block_ids.pop(victim_id, None)
+                            state_slots.pop(victim_id, None)
+                            if victim_id in sampling:
+                                sampling.remove(victim_id)
+                            victim.is_prefill_chunk = was_prefill_chunk[victim_id]
+                            # (_preempt below resets the cursor advanced by the recording.)
+                    else:
+                        running.pop()
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is request:
+                        break
+                    blocks = kv_cache.allocate_slots(request, num_new, (), lookahead)
+                if blocks is None:
+                    if priority:
+                        continue  # it preempted itself; `index` already points at the next one
+                    break
 
             request_id = request.request_id
             scheduled_running.append(request)
-            prefill_scheduled |= request.is_prefill_chunk
             num_scheduled[request_id] = num_new
             computed_before[request_id] = computed
             new_blocks[request_id] = blocks
             token_budget -= num_new
             index += 1
-            if request.spec_token_ids:
-                num_drafts = num_new + computed - len(request.all_token_ids)
-                if num_drafts > 0:
-                    spec_tokens[request_id] = request.spec_token_ids[:num_drafts]
+            # What _record_admitted records for each admitted request, inlined for the running ones
+            # (the loop that runs for every request every step). Known tokens end at
+            # min(end, num_tokens); drafts fill the rest of the step.
+            drafts = request.spec_token_ids
+            if drafts:
                 request.spec_token_ids = []
+                if end > num_tokens:
+                    drafts = spec_tokens[request_id] = drafts[: end - num_tokens]
+                    token_ids[request_id] = tokens[computed:num_tokens] + drafts
+                else:
+                    token_ids[request_id] = tokens[computed:end]
+            else:
+                token_ids[request_id] = tokens[computed:end]
+            block_ids[request_id] = request.block_ids
+            if hybrid:
+                group_block_ids[request_id] = request.group_tables or per_group(request)
+                state_slots[request_id] = request.state_slot
+            if end >= num_tokens:
+                sampling.append(request_id)
+            if priority:
+                was_prefill_chunk[request_id] = request.is_prefill_chunk
+            if request.is_prefill_chunk:
+                prefill_scheduled = True
+            # The cursor advances now, so the next step can continue a chunked prefill at
+            # once; rejected drafts roll it back in update_from_output.
+            request.num_computed_tokens = end
+            request.is_prefill_chunk = end < num_tokens
 
         # 2. Waiting requests, unless this step had to preempt.
         waiting = self.waiting
@@ -367,9 +414,29 @@ class Scheduler:
                 spec_tokens[request.request_id] = [-1] * cfg.num_speculative_tokens
 
         # Batch order, the order of num_scheduled: the running requests kept, then the admitted ones.
-        return self._make_output(
-            scheduled_running + admitted, num_scheduled, computed_before, new_blocks, spec_tokens, preempted,
-            new_ids, resumed_ids, num_cached_tokens,
+        self._record_admitted(admitted, num_scheduled, spec_tokens, token_ids, block_ids, group_block_ids,
+                              state_slots, sampling)
+        finished, self._finished_req_ids = self._finished_req_ids, set()
+        return SchedulerOutput(
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=sum(num_scheduled.values()),
+            num_computed_tokens=computed_before,
+            token_ids=token_ids,
+            block_ids=block_ids,
+            new_block_ids=new_blocks,
+            group_block_ids=group_block_ids,
+            num_cached_tokens=num_cached_tokens,
+            scheduled_spec_decode_tokens=spec_tokens,
+            state_slots=state_slots,
+            sampling_req_ids=sampling,
+            new_req_ids=new_ids,
+            resumed_req_ids=resumed_ids,
+            preempted_req_ids={r.request_id for r in preempted},
+            finished_req_ids=finished,
+            num_free_blocks=kv_cache.num_free_blocks,
+            block_size=cfg.block_size,
+            enable_chunked_prefill=cfg.enable_chunked_prefill,
+            num_speculative_tokens=cfg.num_speculative_tokens,
         )
 
     def _gdn_block_aligned_split(self, request: Request, num_new: int, num_new_cached: int = 0) -> int:
@@ -425,58 +492,27 @@ class Scheduler:
         request.num_preemptions += 1
         self.waiting.prepend(request)
 
-    def _make_output(
-        self, batch, num_scheduled, computed_before, new_blocks, spec_tokens, preempted, new_ids, resumed_ids,
-        num_cached_tokens,
-    ):
-        token_ids, block_ids, state_slots, sampling = {}, {}, {}, []
+    def _record_admitted(self, admitted, num_scheduled, spec_tokens, token_ids, block_ids, group_block_ids,
+                         state_slots, sampling) -> None:
+        """Record each admitted request's step inputs and advance its cursor, as the running loop
+        of schedule() does inline for the running ones (the same fields, the same formulas)."""
         hybrid = self.config.is_hybrid
-        group_block_ids = {}
-        per_group = self.kv_cache.block_ids_per_group if hybrid else None
-        for request in batch:
+        for request in admitted:
             request_id = request.request_id
-            num_new = num_scheduled[request_id]
-            start = request.num_computed_tokens  # not advanced yet: equals computed_before[request_id]
+            start = request.num_computed_tokens  # not advanced yet: its prefix hit
+            end = start + num_scheduled[request_id]
             tokens = request.all_token_ids
-            drafts = spec_tokens.get(request_id) if spec_tokens else None
-            if drafts:
-                num_known = num_new - len(drafts)
-                token_ids[request_id] = tokens[start : start + num_known] + drafts
-            else:
-                num_known = num_new
-                token_ids[request_id] = tokens[start : start + num_new]
+            drafts = spec_tokens.get(request_id)  # placeholder drafts only
+            known_end = end - len(drafts) if drafts else end
+            token_ids[request_id] = tokens[start:known_end] + drafts if drafts else tokens[start:end]
             block_ids[request_id] = request.block_ids
             if hybrid:
-                group_block_ids[request_id] = per_group(request)
+                group_block_ids[request_id] = self.kv_cache.block_ids_per_group(request)
                 state_slots[request_id] = request.state_slot
-            if start + num_known >= len(tokens):
+            if known_end >= len(tokens):
                 sampling.append(request_id)
-            # The cursor advances now, so the next step can continue a chunked
-            # prefill at once; rejected drafts roll it back in update_from_output.
-            request.num_computed_tokens = start + num_new
-            request.is_prefill_chunk = start + num_new < len(tokens)
-        finished, self._finished_req_ids = self._finished_req_ids, set()
-        return SchedulerOutput(
-            num_scheduled_tokens=num_scheduled,
-            total_num_scheduled_tokens=sum(num_scheduled.values()),
-            num_computed_tokens=computed_before,
-            token_ids=token_ids,
-            block_ids=block_ids,
-            new_block_ids=new_blocks,
-            group_block_ids=group_block_ids,
-            num_cached_tokens=num_cached_tokens,
-            scheduled_spec_decode_tokens=spec_tokens,
-            state_slots=state_slots,
-            sampling_req_ids=sampling,
-            new_req_ids=new_ids,
-            resumed_req_ids=resumed_ids,
-            preempted_req_ids={r.request_id for r in preempted},
-            finished_req_ids=finished,
-            num_free_blocks=self.kv_cache.num_free_blocks,
-            block_size=self.config.block_size,
-            enable_chunked_prefill=self.config.enable_chunked_prefill,
-            num_speculative_tokens=self.config.num_speculative_tokens,
-        )
+            request.num_computed_tokens = end
+            request.is_prefill_chunk = end < len(tokens)
 
     # ------------------------------------------------------------ after a step
 

@@ -46,9 +46,11 @@ def load_package(directory: str):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--what", choices=["step", "metadata", "metadata-reference"], default="step")
+    parser.add_argument("--what", choices=["step", "schedule", "update", "metadata", "metadata-reference"],
+                        default="step", help="schedule / update: only that half of a step is measured")
     parser.add_argument("--size", type=int, default=1024, help="running requests")
     parser.add_argument("--reps", type=int, default=10, help="measured calls")
+    parser.add_argument("--warmup", type=int, default=0, help="decode steps run before the measured ones")
     parser.add_argument("--time", action="store_true", help="print the wall-clock median per call")
     parser.add_argument("--package-dir", help="measure this copy of the scheduling package instead")
     parser.add_argument("--gdn-groups", type=int, default=0, help="GDN groups of a hybrid model (0: attention only)")
@@ -75,11 +77,20 @@ def main():
         out = scheduler.schedule()
         scheduler.update_from_output(out, {r: [1] for r in out.sampling_req_ids})
 
-    if args.what == "step":
+    if args.what in ("step", "schedule", "update"):
         sampled = {r.request_id: [7] for r in scheduler.running}  # every request decodes
-
-        def call():
+        for _ in range(args.warmup):  # e.g. past the first decode steps' GDN page moves (align mode)
             scheduler.update_from_output(scheduler.schedule(), sampled)
+        outputs = []  # the other half of a step runs outside the measured call
+        if args.what == "step":
+            def call():
+                scheduler.update_from_output(scheduler.schedule(), sampled)
+        elif args.what == "schedule":
+            def call():
+                outputs.append(scheduler.schedule())
+        else:
+            def call():
+                scheduler.update_from_output(outputs.pop(), sampled)
     else:
         if args.what == "metadata":
             from qwen_ops.scheduling import build_step_metadata as build
@@ -102,9 +113,13 @@ def main():
         # As bench_scheduler.py does: collect before each call, so that a full
         # collection of the whole heap (torch's objects included) does not land in
         # one measured call and not in another. Collected: only inside starmap.
+        if args.what == "update":
+            outputs.append(scheduler.schedule())
         gc.collect()
         for _ in itertools.starmap(timed if args.time else call, [()]):
             pass
+        if args.what == "schedule":
+            scheduler.update_from_output(outputs.pop(), sampled)
     if args.time:
         print(f"{args.what} size={args.size}: median {statistics.median(times) * 1e6:.0f} us over {args.reps} calls")
 
