@@ -15,6 +15,7 @@
 // The three inner loops are compiled twice (GCC target_clones on x86-64: AVX2 + FMA, and the baseline),
 // chosen at load time by the CPU (an ifunc): each loop is a plain pass over contiguous D-rows that GCC
 // vectorises at either width. Sums run in a different order from the reference's: agreement to rounding.
+#include "bindings/cpu/kv_cache_checks.h"
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -106,13 +107,6 @@ void check_cache(const char* op, const char* name, const at::Tensor& cache) {
               cache.scalar_type(), " ", cache.sizes());
 }
 
-void check_scale(const char* op, const char* name, const c10::optional<at::Tensor>& scale, int64_t hkv, int64_t d) {
-  TORCH_CHECK(scale.has_value() && scale->device().is_cpu() && scale->scalar_type() == at::kFloat &&
-                  scale->is_contiguous() && scale->sizes() == at::IntArrayRef({hkv, d}),
-              op, ": ", name, " must be a contiguous float32 [Hkv, D] = [", hkv, ", ", d,
-              "] CPU tensor for an int8 cache");
-}
-
 void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                             const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale,
                             const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
@@ -120,8 +114,7 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
   const char* op = "paged_decode_attention_cpu";
   check_cache(op, "key_cache", key_cache);
   check_cache(op, "value_cache", value_cache);
-  TORCH_CHECK(value_cache.sizes() == key_cache.sizes() && value_cache.scalar_type() == key_cache.scalar_type(), op,
-              ": value_cache must match key_cache (", key_cache.scalar_type(), " ", key_cache.sizes(), ")");
+  check_value_cache_matches(op, key_cache, value_cache);
   const int64_t num_blocks = key_cache.size(0), hkv = key_cache.size(1), block_size = key_cache.size(2),
                 d = key_cache.size(3);
   TORCH_CHECK(query.device().is_cpu() && query.scalar_type() == at::kFloat && query.is_contiguous() &&
@@ -140,8 +133,8 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
               op, ": seq_lens must be a contiguous int32 [N] CPU tensor with N = ", n);
   const bool int8 = key_cache.scalar_type() == at::kChar;
   if (int8) {
-    check_scale(op, "k_scale", k_scale, hkv, d);
-    check_scale(op, "v_scale", v_scale, hkv, d);
+    check_int8_scale(op, "k_scale", k_scale, hkv, d);
+    check_int8_scale(op, "v_scale", v_scale, hkv, d);
   } else {
     TORCH_CHECK(!k_scale.has_value() && !v_scale.has_value(), op, ": k_scale and v_scale are for int8 caches only");
   }

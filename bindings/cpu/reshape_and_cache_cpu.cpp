@@ -11,6 +11,7 @@
 // Clamping before rounding gives the same integer as after (the bounds are integers), and on a value in
 // [-128, 127] adding and subtracting 1.5 * 2^23 rounds it to the nearest integer, ties to even, in the default
 // rounding mode: the loop needs no libm call and vectorises with the baseline SSE2 flags.
+#include "bindings/cpu/kv_cache_checks.h"
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -39,22 +40,13 @@ void check_cache(const char* op, const char* name, const at::Tensor& cache) {
               " must be a contiguous [NB, Hkv, Bs, D] CPU tensor, got ", cache.sizes());
 }
 
-void check_scale(const char* op, const char* name, const c10::optional<at::Tensor>& scale, int64_t hkv, int64_t d) {
-  TORCH_CHECK(scale.has_value(), op, ": ", name, " is required for an int8 cache");
-  TORCH_CHECK(scale->device().is_cpu() && scale->scalar_type() == at::kFloat && scale->is_contiguous() &&
-                  scale->sizes() == at::IntArrayRef({hkv, d}),
-              op, ": ", name, " must be a contiguous float32 [Hkv, D] = [", hkv, ", ", d, "] CPU tensor, got ",
-              scale->sizes());
-}
-
 void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
                        const at::Tensor& slots, const c10::optional<at::Tensor>& k_scale,
                        const c10::optional<at::Tensor>& v_scale) {
   const char* op = "reshape_and_cache_cpu";
   check_cache(op, "key_cache", key_cache);
   check_cache(op, "value_cache", value_cache);
-  TORCH_CHECK(value_cache.sizes() == key_cache.sizes() && value_cache.scalar_type() == key_cache.scalar_type(), op,
-              ": value_cache must match key_cache (", key_cache.sizes(), ", ", key_cache.scalar_type(), ")");
+  check_value_cache_matches(op, key_cache, value_cache);
   const int64_t num_blocks = key_cache.size(0), hkv = key_cache.size(1), block_size = key_cache.size(2),
                 d = key_cache.size(3);
   TORCH_CHECK(key.device().is_cpu() && key.is_contiguous() && key.dim() == 3 && key.size(1) == hkv &&
@@ -68,8 +60,8 @@ void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tenso
   if (int8) {
     TORCH_CHECK(key.scalar_type() == at::kFloat, op, ": key and value must be float32 for an int8 cache, got ",
                 key.scalar_type());
-    check_scale(op, "k_scale", k_scale, hkv, d);
-    check_scale(op, "v_scale", v_scale, hkv, d);
+    check_int8_scale(op, "k_scale", k_scale, hkv, d);
+    check_int8_scale(op, "v_scale", v_scale, hkv, d);
   } else {
     TORCH_CHECK(key.scalar_type() == key_cache.scalar_type(), op, ": key (", key.scalar_type(),
                 ") must have the float cache's dtype (", key_cache.scalar_type(), ")");
