@@ -83,6 +83,12 @@ class Request:
         self.max_tokens = max_tokens
         # Prompt plus output tokens at which it stops for length (the scheduler also caps it at max_model_len).
         self.length_limit = self.num_prompt_tokens + max_tokens
+        # Set by the scheduler (Scheduler._set_plain_token_bounds): while len(all_token_ids) is below
+        # plain_append_below, appending one token that is not in finish_token_ids neither stops the
+        # request nor completes a block to hash, so update_from_output appends it with two tests.
+        # 0 (never plain) until the scheduler sets it; a stale bound is low (block_hashes only grow).
+        self.plain_append_below = 0
+        self.finish_token_ids: frozenset[int] = frozenset()
         self.arrival_time = time.time() if arrival_time is None else float(arrival_time)
         self.priority = priority
         self.eos_token_id = None if ignore_eos else eos_token_id

@@ -1,7 +1,6 @@
 """The token-budget scheduler: every step, how many tokens each request advances (vLLM V1 semantics)."""
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -156,7 +155,11 @@ class Scheduler:
         # The length at which it stops (max_tokens or max_model_len, whichever comes first):
         # one comparison per sampled token in update_from_output instead of two.
         request.length_limit = min(request.num_prompt_tokens + request.max_tokens, cfg.max_model_len)
+        # EOS (unless ignored) and the stop tokens in one set: one membership test per sampled token.
+        eos = request.eos_token_id
+        request.finish_token_ids = request.stop_token_ids if eos is None else request.stop_token_ids | {eos}
         self.kv_cache.update_block_hashes(request)
+        self._set_plain_token_bounds(request)
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
@@ -254,7 +257,10 @@ class Scheduler:
         # rather than calling properties and min(), which cost more per call.
         running = self.running
         index = 0
-        long_clip = threshold if threshold > 0 else sys.maxsize  # one comparison below instead of two
+        # One comparison below instead of two. Without a threshold the budget is the clip: the budget
+        # test after it clips to at most that anyway, and a small int (unlike sys.maxsize) takes the
+        # interpreter's fast int comparison.
+        long_clip = threshold if threshold > 0 else token_budget
         last_position = max_model_len - 1
         while index < len(running) and token_budget > 0:
             request = running[index]
@@ -419,7 +425,8 @@ class Scheduler:
         finished, self._finished_req_ids = self._finished_req_ids, set()
         return SchedulerOutput(
             num_scheduled_tokens=num_scheduled,
-            total_num_scheduled_tokens=sum(num_scheduled.values()),
+            # Every scheduled token was taken from the budget (and a preempted victim's given back).
+            total_num_scheduled_tokens=cfg.max_num_batched_tokens - token_budget,
             num_computed_tokens=computed_before,
             token_ids=token_ids,
             block_ids=block_ids,
@@ -538,9 +545,12 @@ class Scheduler:
             token_types = set(map(type, chain.from_iterable(sampled_token_ids.values())))
         except TypeError:  # a value that is not a list
             token_types = None
-        if token_types is None or not token_types <= _INT or not sampled_token_ids.keys() <= set(
-            scheduler_output.sampling_req_ids
-        ):
+        sampling = scheduler_output.sampling_req_ids
+        # sampling_req_ids is a subset of the scheduled ids without repeats: when every scheduled
+        # request samples (a decode step), the two are the same set, and the dict's own keys view
+        # is compared instead of building a set of them.
+        may_sample = scheduled.keys() if len(sampling) == len(scheduled) else set(sampling)
+        if token_types is None or not token_types <= _INT or not sampled_token_ids.keys() <= may_sample:
             _raise_bad_sampled_token_ids(scheduler_output, sampled_token_ids)
         scheduler_output.applied = True
         outputs = []
@@ -550,11 +560,10 @@ class Scheduler:
         spec = scheduler_output.scheduled_spec_decode_tokens
         recache_drafts = self.config.num_speculative_tokens and self.kv_cache.enable_caching
         # The usual step: no drafts, one token per request that neither stops it nor
-        # completes a block. It is applied inline (the general path below gives the same
-        # result, through _append_and_check_stop); anything else takes the general path.
+        # completes a block (see Request.plain_append_below). It is applied inline (the general
+        # path below gives the same result, through _append_and_check_stop); anything else
+        # takes the general path.
         fast = not spec and not recache_drafts
-        kv_cache = self.kv_cache
-        hashing, block_size = kv_cache.enable_caching, kv_cache.block_size
         sampled_get, requests_get, append = sampled_token_ids.get, requests.get, outputs.append
         for request_id in scheduled:  # batch order: it decides the order blocks are freed in
             new_tokens = sampled_get(request_id)
@@ -565,9 +574,7 @@ class Scheduler:
                 continue  # aborted while the step ran
             if fast and len(new_tokens) == 1:
                 token, tokens = new_tokens[0], request.all_token_ids
-                if token != request.eos_token_id and token not in request.stop_token_ids \
-                        and len(tokens) + 1 < request.length_limit \
-                        and not (hashing and len(tokens) + 1 >= (len(request.block_hashes) + 1) * block_size):
+                if token not in request.finish_token_ids and len(tokens) < request.plain_append_below:
                     tokens.append(token)
                     append(EngineCoreOutput(request_id, [token]))
                     continue
@@ -620,7 +627,19 @@ class Scheduler:
         kv_cache = self.kv_cache
         if kv_cache.enable_caching and len(tokens) >= (len(request.block_hashes) + 1) * kv_cache.block_size:
             kv_cache.update_block_hashes(request)  # a block of tokens completed: hash it
+            self._set_plain_token_bounds(request)
         return new_tokens
+
+    def _set_plain_token_bounds(self, request: Request) -> None:
+        """Set request.plain_append_below (see Request): the fast path of update_from_output appends
+        one token to a request of L tokens when L + 1 < length_limit (it does not stop for length)
+        and, with prefix caching, L + 1 < (len(block_hashes) + 1) * block_size (no block to hash
+        completes). Called whenever either side changes: at add_request and after hashing."""
+        below = request.length_limit - 1
+        kv_cache = self.kv_cache
+        if kv_cache.enable_caching:
+            below = min(below, (len(request.block_hashes) + 1) * kv_cache.block_size - 1)
+        request.plain_append_below = below
 
     def _release_resources(self, request: Request) -> None:
         self.kv_cache.free(request)
