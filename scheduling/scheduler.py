@@ -267,22 +267,29 @@ class Scheduler:
             computed = request.num_computed_tokens
             tokens = request.all_token_ids
             num_tokens = len(tokens)
-            num_new = num_tokens + len(request.spec_token_ids) - computed
+            # Each sum of two cursors is a new int object (past 256): the step's end is formed once,
+            # and the drafts are added only when there are some.
+            num_new = num_tokens - computed
+            drafts = request.spec_token_ids
+            if drafts:
+                num_new += len(drafts)
             if num_new > long_clip:
                 num_new = long_clip
             if num_new > token_budget:
                 num_new = token_budget
-            if computed + num_new > last_position:
+            end = computed + num_new
+            if end > last_position:
                 # The step's last position must leave room for the token it samples.
                 num_new = last_position - computed
+                end = last_position
             if align and num_new > 0 and computed < max(request.num_prompt_tokens, num_tokens - 1):
                 # (A decode, the usual case, is past the prefill: the split would return num_new.)
                 num_new = self._gdn_block_aligned_split(request, num_new)
+                end = computed + num_new
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
                 continue
 
-            end = computed + num_new
             if end <= request.no_alloc_end and computed <= request.no_alloc_start:
                 blocks = []  # what allocate_slots would return, without the call (see Request.no_alloc_end)
             else:
@@ -328,8 +335,7 @@ class Scheduler:
             index += 1
             # What _record_admitted records for each admitted request, inlined for the running ones
             # (the loop that runs for every request every step). Known tokens end at
-            # min(end, num_tokens); drafts fill the rest of the step.
-            drafts = request.spec_token_ids
+            # min(end, num_tokens); drafts fill the rest of the step (`drafts` is request.spec_token_ids).
             if drafts:
                 request.spec_token_ids = []
                 if end > num_tokens:
@@ -343,8 +349,6 @@ class Scheduler:
             if hybrid:
                 group_block_ids[request_id] = request.group_tables or per_group(request)
                 state_slots[request_id] = request.state_slot
-            if end >= num_tokens:
-                sampling.append(request_id)
             if priority:
                 was_prefill_chunk[request_id] = request.is_prefill_chunk
             if request.is_prefill_chunk:
@@ -352,7 +356,13 @@ class Scheduler:
             # The cursor advances now, so the next step can continue a chunked prefill at
             # once; rejected drafts roll it back in update_from_output.
             request.num_computed_tokens = end
-            request.is_prefill_chunk = end < num_tokens
+            # (Branches, not `= end < num_tokens`: the interpreter's fast int comparison is
+            # only for a comparison that jumps.)
+            if end < num_tokens:
+                request.is_prefill_chunk = True  # a chunk inside the known tokens samples nothing
+            else:
+                request.is_prefill_chunk = False
+                sampling.append(request_id)
 
         # 2. Waiting requests, unless this step had to preempt.
         waiting = self.waiting
