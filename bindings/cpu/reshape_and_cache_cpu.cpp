@@ -6,11 +6,11 @@
 // Here each token's [Hkv, D] rows are read once and written once where they land, quantized on the way: the
 // op's floor of one read and one write. Tokens are split over ATen's intra-op threads (at::parallel_for).
 //
-// INT8 (reference.quantize_int8, bit for bit): v = x / scale in float32 (a division, as the reference; a
-// multiply by the reciprocal would round differently), NaN -> 0, clamp to [-128, 127], round half to even.
-// Clamping before rounding gives the same integer as after (the bounds are integers), and on a value in
-// [-128, 127] adding and subtracting 1.5 * 2^23 rounds it to the nearest integer, ties to even, in the default
-// rounding mode: the loop needs no libm call and vectorises with the baseline SSE2 flags.
+// INT8 (reference.quantize_int8, bit for bit): each D-row goes through the widest quantization variant the CPU
+// supports (int8_quantize_kernels.h: portable, AVX2, AVX-512F, chosen at run time by cpu_features.h), or the one
+// the caller names (the tests run each).
+#include "bindings/cpu/cpu_features.h"
+#include "bindings/cpu/int8_quantize_kernels.h"
 #include "bindings/cpu/kv_cache_checks.h"
 #include <torch/extension.h>
 
@@ -18,20 +18,21 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace qwen_ops::cpu {
 namespace {
 
-constexpr float kRoundingShift = 12582912.0f;  // 1.5 * 2^23: at this magnitude the float grid step is 1
-
-void quantize_row(const float* __restrict x, const float* __restrict scale, int8_t* __restrict out, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    float v = x[j] / scale[j];
-    v = v > 127.0f ? 127.0f : v;  // +inf too
-    v = v < -128.0f ? -128.0f : v;  // -inf too
-    v = v == v ? v : 0.0f;  // NaN (no comparison above is true for it)
-    v = (v + kRoundingShift) - kRoundingShift;
-    out[j] = static_cast<int8_t>(static_cast<int32_t>(v));
+QuantizeInt8Row quantize_kernel_for(Isa isa) {
+  switch (isa) {
+#if defined(QWEN_OPS_X86_KERNELS)
+    case Isa::kAvx512:
+      return quantize_int8_row_avx512;
+    case Isa::kAvx2:
+      return quantize_int8_row_avx2;
+#endif
+    default:
+      return quantize_int8_row_portable;
   }
 }
 
@@ -42,8 +43,9 @@ void check_cache(const char* op, const char* name, const at::Tensor& cache) {
 
 void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
                        const at::Tensor& slots, const c10::optional<at::Tensor>& k_scale,
-                       const c10::optional<at::Tensor>& v_scale) {
+                       const c10::optional<at::Tensor>& v_scale, const std::string& isa) {
   const char* op = "reshape_and_cache_cpu";
+  const QuantizeInt8Row quantize_row = quantize_kernel_for(isa.empty() ? best_isa() : isa_from_name(op, isa));
   check_cache(op, "key_cache", key_cache);
   check_cache(op, "value_cache", value_cache);
   check_value_cache_matches(op, key_cache, value_cache);
@@ -123,10 +125,11 @@ void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tenso
 void register_reshape_and_cache(pybind11::module_& m) {
   m.def("reshape_and_cache_cpu", &reshape_and_cache, pybind11::arg("key"), pybind11::arg("value"),
         pybind11::arg("key_cache"), pybind11::arg("value_cache"), pybind11::arg("slot_mapping"),
-        pybind11::arg("k_scale"), pybind11::arg("v_scale"),
+        pybind11::arg("k_scale"), pybind11::arg("v_scale"), pybind11::arg("isa") = "",
         "Write key/value [T, Hkv, D] into the paged caches [NB, Hkv, Bs, D] at slot_mapping (int64 [T], -1 = "
         "padding), in place, in one pass (CPU). Float caches: key's dtype, a copy; int8 caches: float32 key/value "
-        "and float32 [Hkv, D] scales, stored as clamp(round_half_even(x / scale), -128, 127), NaN -> 0.");
+        "and float32 [Hkv, D] scales, stored as clamp(round_half_even(x / scale), -128, 127), NaN -> 0. isa: '' (the "
+        "widest this CPU runs), 'portable', 'avx2' or 'avx512' (cpu_isas()).");
 }
 
 }  // namespace qwen_ops::cpu

@@ -7,9 +7,14 @@ gathers the blocks of a tile of requests into a buffer and runs two bmms
 over it. ``vectorized_decode.py`` calls :func:`decode_step` first and runs its
 torch form whenever this returns None: no extension (``QWEN_OPS_BUILD_EXT=0``),
 tensors not on the CPU, or a 16-bit cache (the kernel reads float32 and int8
-caches). The same arithmetic as the torch form (INT8 scales moved onto the
-query and output rows) in a different summation order: the two agree to float32
-rounding; tested against the reference (``tests/ops/test_vectorized_attention.py``).
+caches). The kernel's pair loop is compiled per instruction set (AVX-512F,
+AVX2 + FMA, portable; the widest the CPU runs is chosen at run time): INT8
+K/V widened in registers, the softmax's exponentials vectorised (within
+about 2 ulp). The same arithmetic as the torch form (INT8 scales moved onto
+the query and output rows) in a different summation order: the two agree to
+float32 rounding; tested against the reference
+(``tests/ops/test_vectorized_attention.py``, every variant in
+``tests/ops/test_kv_kernel_isas.py``).
 """
 from __future__ import annotations
 

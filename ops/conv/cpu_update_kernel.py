@@ -3,9 +3,11 @@
 ``bindings/cpu/causal_conv1d_update_cpu.cpp`` reads, shifts and writes each
 used row of a float32 state pool in place, with x and the output crossing
 memory once (the op's floor), where the torch form gathers the rows, makes K
-passes over [B, C] and scatters them back. ``vectorized_update.py`` calls
-:func:`update_step` first and runs its torch form whenever this returns None:
-no extension (``QWEN_OPS_BUILD_EXT=0``), a pool that is not float32, or the
+passes over [B, C] and scatters them back. The kernel reads the weight in its
+own [C, K] layout, so a float32 weight is passed as it is (no per-call
+transposed copy). ``vectorized_update.py`` calls :func:`update_step` first
+and runs its torch form whenever this returns None: no extension
+(``QWEN_OPS_BUILD_EXT=0``), a pool that is not float32, or the
 speculative-decoding form. Same order of operations as the torch form, so the
 two agree to float32 rounding; tested against
 the reference (``tests/ops/test_vectorized_cpu_forms.py``).
@@ -33,7 +35,7 @@ def update_step(*, x, conv_states, weight, bias, cache_indices, activation):
     if kernel is None or x.device.type != "cpu" or conv_states.dtype != F32 or not conv_states.is_contiguous():
         return None
     out = torch.empty(x.shape, dtype=F32)
-    kernel(x.to(F32).contiguous(), conv_states, weight.to(F32).t().contiguous(),
+    kernel(x.to(F32).contiguous(), conv_states, weight.to(F32).contiguous(),
            None if bias is None else bias.to(F32).contiguous(), cache_indices.to(torch.int64).contiguous(), out)
     if activation == "silu":  # torch's vectorised exp; padding rows stay zero (silu(0) = 0)
         F.silu(out, inplace=True)

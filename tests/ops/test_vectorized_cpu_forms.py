@@ -188,13 +188,27 @@ def test_conv_update_float32_pool_for_low_precision_x(gen, conv_update_path):
     assert torch.equal(vec_args["conv_states"], ref_args["conv_states"])
 
 
+@pytest.mark.parametrize("width", [2, 3, 5])  # the kernel's tap loop for a width other than Qwen3.5's 4
+def test_conv_update_other_widths_match_reference(gen, width, conv_update_path):
+    draw = Draw(gen)
+    arguments = conv_update_call(draw, 20, width, F32, pool_rows=6, bias=True,
+                                 cache_indices=pool_indices(draw, 4, 6, padding=[1]))
+    arguments["activation"] = "silu"
+    (out_ref, ref_args), (out_vec, vec_args) = _both(conv_reference.causal_conv1d_update,
+                                                     vectorized_update.causal_conv1d_update, arguments)
+    torch.testing.assert_close(out_vec, out_ref, **tol(VECTORIZED_VS_REFERENCE, F32))
+    assert torch.equal(vec_args["conv_states"], ref_args["conv_states"])
+
+
 def test_conv_update_kernel_rejects_a_slot_outside_the_pool():
     kernel = cpu_kernel_or_skip(cpu_update_kernel)
     states = torch.zeros(2, 3, 8)
     with pytest.raises(RuntimeError, match="outside the pool"):
-        kernel(torch.zeros(1, 8), states, torch.zeros(4, 8), None, torch.tensor([5]), torch.empty(1, 8))
-    with pytest.raises(RuntimeError, match="taps must be"):
-        kernel(torch.zeros(1, 8), states, torch.zeros(4, 7), None, torch.tensor([0]), torch.empty(1, 8))
+        kernel(torch.zeros(1, 8), states, torch.zeros(8, 4), None, torch.tensor([5]), torch.empty(1, 8))
+    with pytest.raises(RuntimeError, match=r"weight must be \[C, K\] with C = 8"):
+        kernel(torch.zeros(1, 8), states, torch.zeros(7, 4), None, torch.tensor([0]), torch.empty(1, 8))
+    with pytest.raises(RuntimeError, match=r"conv_states must be \[S, K-1, C\] = \[S, 2, 8\]"):
+        kernel(torch.zeros(1, 8), states, torch.zeros(8, 3), None, torch.tensor([0]), torch.empty(1, 8))
     assert torch.equal(states, torch.zeros(2, 3, 8))
 
 
