@@ -6,21 +6,51 @@ take the chunked path: ``causal_conv1d_fn`` and ``chunk_gated_delta_rule``
 with ``cu_seqlens``, starting from the saved state where ``has_initial_state``
 (later chunks of a chunked prefill). Both update the pools in place.
 
+On the CPU in float32 with the torch backend, the decode rows instead run as one
+``gdn_decode_step`` call per layer (``ops/gdn/decode_step_op.py``: conv update,
+gates, delta rule and output norm in one C++ pass, the same arithmetic); the
+prefill rows of a mixed step still take the chunked path.
+
 With the states in the pool's pages (the engine's layout, ``gdn_pages.py``) a
 layer reads its group's rows, ``batch.gdn_state_indices[group]``; batches
 without them (scratch runs, tests) use ``batch.state_indices``.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .. import ops
+from ..ops._backend import resolved_backend
+from ..ops.gdn.decode_step_op import gdn_decode_step, gdn_decode_step_available
 from .backends import backend_chooser
 from .config import Qwen35Config
 from .kv_cache import gdn_layer_groups
 from .step_inputs import StepInputs
 from .fused_projection import FusedProjection
 from .layers import gated_rms_norm, linear
+
+
+# QWEN_OPS_FUSED_GDN_DECODE=0 composes the decode rows from the ops one by one (to compare, or to test them).
+FUSED_GDN_DECODE_ENV = "QWEN_OPS_FUSED_GDN_DECODE"
+_fused_decode_on = gdn_decode_step_available() and os.environ.get(FUSED_GDN_DECODE_ENV, "1") != "0"
+# The ops gdn_decode_step stands for: it runs only where the torch backend would serve all of them.
+FUSED_DECODE_OPS = ("causal_conv1d_update", "fused_gdn_gating", "fused_recurrent_gated_delta_rule")
+
+
+def set_fused_gdn_decode(enabled: bool) -> bool:
+    """Run the GDN decode rows as one ``gdn_decode_step`` call (True) or op by op (False); returns the previous
+    setting. It can only be on where ``qwen_ops._C`` has the kernel (``gdn_decode_step_available()``)."""
+    global _fused_decode_on
+    previous = _fused_decode_on
+    _fused_decode_on = bool(enabled) and gdn_decode_step_available()
+    return previous
+
+
+def fused_gdn_decode_enabled() -> bool:
+    """Whether GDN decode rows run as one ``gdn_decode_step`` call (``set_fused_gdn_decode``)."""
+    return _fused_decode_on
 
 
 class GatedDeltaNet:
@@ -43,6 +73,7 @@ class GatedDeltaNet:
         self.in_proj = FusedProjection([weights[p + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")])
         self.qkv_w, self.z_w, self.b_w, self.a_w = self.in_proj.parts
         self.conv_w = weights[p + "conv1d.weight"].squeeze(1).contiguous()  # [C, 1, K] -> [C, K]
+        self.conv_taps = self.conv_w.t().contiguous()  # [K, C], gdn_decode_step's layout, made once
         self.A_log, self.dt_bias = weights[p + "A_log"], weights[p + "dt_bias"]
         self.norm_w = weights[p + "norm.weight"]
         self.out_w = weights[p + "out_proj.weight"]
@@ -52,8 +83,6 @@ class GatedDeltaNet:
         t = x.shape[0]
         conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
         mixed, z, b, a = self.in_proj(x)  # column views of one [T, conv_dim + value_dim + 2 nv] output
-        g, beta = ops.fused_gdn_gating(self.A_log, a.contiguous(), b.contiguous(), self.dt_bias,
-                                       backend=self.backend("fused_gdn_gating"))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
         spec_rows = getattr(batch, "spec_state_indices", None)  # step batches of tests may lack it
@@ -64,6 +93,35 @@ class GatedDeltaNet:
             rows = paged[self.group]
             if spec:
                 spec_rows = batch.gdn_spec_state_indices[self.group]
+        if nd and not spec and self._decodes_fused(mixed, conv_states, ssm_states):
+            # The decode rows in one call (conv, gates, delta rule, output norm); any prefill rows op by op.
+            o = gdn_decode_step(mixed[:ndt], z[:ndt], b[:ndt], a[:ndt], conv_states, self.conv_taps, ssm_states,
+                                self.A_log, self.dt_bias, self.norm_w, rows[:nd], self.eps)
+            if ndt < t:
+                o = torch.cat([o, self._composed(mixed[ndt:], z[ndt:], b[ndt:], a[ndt:], 0, 0, rows, None, batch,
+                                                 conv_states, ssm_states)])
+        else:
+            o = self._composed(mixed, z, b, a, nd, ndt, rows, spec_rows, batch, conv_states, ssm_states)
+        return linear(o, self.out_w)
+
+    def _decodes_fused(self, mixed: torch.Tensor, conv_states: torch.Tensor, ssm_states: torch.Tensor) -> bool:
+        """Whether the decode rows run as one ``gdn_decode_step``: the kernel is on, the tensors are the CPU float32
+        ones it takes, and the torch backend would serve every op it stands for."""
+        return (_fused_decode_on and mixed.device.type == "cpu" and mixed.dtype == torch.float32
+                and conv_states.dtype == torch.float32 and conv_states.is_contiguous() and ssm_states.is_contiguous()
+                and all(resolved_backend(op, self.backend(op), mixed.device) == "torch" for op in FUSED_DECODE_OPS))
+
+    def _composed(self, mixed, z, b, a, nd, ndt, rows, spec_rows, batch: StepInputs, conv_states, ssm_states):
+        """The ops one by one over [nd decode sequences (ndt tokens) | the step's prefill chunks] -> [T', value_dim].
+
+        ``rows``: the step's state rows of all its sequences (prefill chunks take ``rows[batch.num_decodes:]``);
+        ``spec_rows`` the speculative ones, or None.
+        """
+        t = mixed.shape[0]
+        spec = spec_rows is not None
+        first_prefill = batch.num_decodes
+        g, beta = ops.fused_gdn_gating(self.A_log, a.contiguous(), b.contiguous(), self.dt_bias,
+                                       backend=self.backend("fused_gdn_gating"))
         conv_out = []
         if nd and spec:
             # Speculative verify rows (1 + k tokens each): the state after token t goes to the row's column t,
@@ -79,8 +137,8 @@ class GatedDeltaNet:
         if ndt < t:
             conv_out.append(ops.causal_conv1d_fn(
                 mixed[ndt:].contiguous(), self.conv_w, conv_states=conv_states,
-                query_start_loc=batch.prefill_query_start_loc, cache_indices=rows[nd:],
-                has_initial_state=batch.has_initial_state[nd:], activation="silu",
+                query_start_loc=batch.prefill_query_start_loc, cache_indices=rows[first_prefill:],
+                has_initial_state=batch.has_initial_state[first_prefill:], activation="silu",
                 backend=self.backend("causal_conv1d_fn")))
         mixed = conv_out[0] if len(conv_out) == 1 else torch.cat(conv_out)
 
@@ -109,11 +167,11 @@ class GatedDeltaNet:
             o, _ = ops.chunk_gated_delta_rule(
                 q[None, ndt:].contiguous(), k[None, ndt:].contiguous(), v[None, ndt:].contiguous(),
                 g[None, ndt:].contiguous(), beta[None, ndt:].contiguous(), initial_state=ssm_states,
-                cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=rows[nd:],
-                has_initial_state=batch.has_initial_state[nd:], use_qk_l2norm_in_kernel=True,
+                cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=rows[first_prefill:],
+                has_initial_state=batch.has_initial_state[first_prefill:], use_qk_l2norm_in_kernel=True,
                 backend=self.backend("chunk_gated_delta_rule"), chunk_indices=batch.chunk_indices,
                 chunk_offsets=batch.chunk_offsets)
             outs.append(o[0])
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
-        o = gated_rms_norm(o, z.view(t, self.nv, self.dv), self.norm_w, self.eps)
-        return linear(o.reshape(t, self.value_dim), self.out_w)
+        o = gated_rms_norm(o, z.reshape(t, self.nv, self.dv), self.norm_w, self.eps)
+        return o.reshape(t, self.value_dim)

@@ -7,16 +7,15 @@
 // for the decay and the rank-1 write, the second pass hitting the core's cache (64 KiB per state).
 // The (sequence, value head) pairs are split over ATen's intra-op threads (at::parallel_for).
 //
-// Math (the vectorised form's, see its docstring): with d = exp(g), corr = beta * (v - d * S^T k),
-//   o = d * (S^T q) + (k . q) * corr,   S <- d * S + k corr^T.
+// Math: gdn_head_update.h (the vectorised form's, see its docstring).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
 
-#include <cmath>
-
-#include "bindings/cpu/pool_slots.h"
 #include <vector>
+
+#include "bindings/cpu/gdn_head_update.h"
+#include "bindings/cpu/pool_slots.h"
 
 namespace qwen_ops::cpu {
 namespace {
@@ -55,9 +54,7 @@ void gdn_recurrent_decode(const at::Tensor& q, const at::Tensor& k, const at::Te
 
   // Grain: a few pairs per task so a task's work (tens of microseconds) dwarfs its scheduling.
   at::parallel_for(0, batch * hv, 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> products(2 * dv), correction(dv);
-    float* k_state = products.data();
-    float* q_state = products.data() + dv;
+    std::vector<float> scratch(3 * dv);
     for (int64_t pair = begin; pair < end; ++pair) {
       const int64_t b = pair / hv, h = pair % hv;
       float* o = op_out + pair * dv;
@@ -66,31 +63,9 @@ void gdn_recurrent_decode(const at::Tensor& q, const at::Tensor& k, const at::Te
         continue;
       }
       float* s = states + (slot[b] * hv + h) * dk * dv;
-      const float* kv = kp + (b * hk + h / group) * dk;
-      const float* qv = qp + (b * hk + h / group) * dk;
-      const float* vv = vp + pair * dv;
       if (starts_fresh[b]) std::fill(s, s + dk * dv, 0.0f);
-      std::fill(products.begin(), products.end(), 0.0f);
-      float kq = 0.0f;
-      for (int64_t i = 0; i < dk; ++i) {  // both products in one pass over the state
-        const float ki = kv[i], qi = qv[i];
-        const float* row = s + i * dv;
-        for (int64_t j = 0; j < dv; ++j) {
-          k_state[j] += ki * row[j];
-          q_state[j] += qi * row[j];
-        }
-        kq += ki * qi;
-      }
-      const float decay = std::exp(gp[pair]), strength = bp[pair];
-      for (int64_t j = 0; j < dv; ++j) {
-        correction[j] = strength * (vv[j] - decay * k_state[j]);
-        o[j] = decay * q_state[j] + kq * correction[j];
-      }
-      for (int64_t i = 0; i < dk; ++i) {  // decay and rank-1 write, in place (the state is in cache now)
-        const float ki = kv[i];
-        float* row = s + i * dv;
-        for (int64_t j = 0; j < dv; ++j) row[j] = decay * row[j] + ki * correction[j];
-      }
+      gdn_head_decode(s, kp + (b * hk + h / group) * dk, qp + (b * hk + h / group) * dk, vp + pair * dv, gp[pair],
+                      bp[pair], dk, dv, scratch.data(), o);
     }
   });
 }
