@@ -22,19 +22,6 @@
 namespace qwen_ops::cpu {
 namespace {
 
-DecodeAttentionPairs pairs_kernel_for(Isa isa) {
-  switch (isa) {
-#if defined(QWEN_OPS_X86_KERNELS)
-    case Isa::kAvx512:
-      return paged_decode_attention_pairs_avx512;
-    case Isa::kAvx2:
-      return paged_decode_attention_pairs_avx2;
-#endif
-    default:
-      return paged_decode_attention_pairs_portable;
-  }
-}
-
 void check_cache(const char* op, const char* name, const at::Tensor& cache) {
   TORCH_CHECK(cache.device().is_cpu() && cache.is_contiguous() && cache.dim() == 4 &&
                   (cache.scalar_type() == at::kFloat || cache.scalar_type() == at::kChar),
@@ -47,7 +34,8 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
                             const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
                             at::Tensor& out, const std::string& isa) {
   const char* op = "paged_decode_attention_cpu";
-  const DecodeAttentionPairs kernel = pairs_kernel_for(isa.empty() ? best_isa() : isa_from_name(op, isa));
+  const DecodeAttentionPairs kernel = QWEN_OPS_KERNEL_FOR_ISA(isa.empty() ? best_isa() : isa_from_name(op, isa),
+                                                                 paged_decode_attention_pairs);
   check_cache(op, "key_cache", key_cache);
   check_cache(op, "value_cache", value_cache);
   check_value_cache_matches(op, key_cache, value_cache);

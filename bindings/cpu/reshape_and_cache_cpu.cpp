@@ -23,19 +23,6 @@
 namespace qwen_ops::cpu {
 namespace {
 
-QuantizeInt8Row quantize_kernel_for(Isa isa) {
-  switch (isa) {
-#if defined(QWEN_OPS_X86_KERNELS)
-    case Isa::kAvx512:
-      return quantize_int8_row_avx512;
-    case Isa::kAvx2:
-      return quantize_int8_row_avx2;
-#endif
-    default:
-      return quantize_int8_row_portable;
-  }
-}
-
 void check_cache(const char* op, const char* name, const at::Tensor& cache) {
   TORCH_CHECK(cache.device().is_cpu() && cache.is_contiguous() && cache.dim() == 4, op, ": ", name,
               " must be a contiguous [NB, Hkv, Bs, D] CPU tensor, got ", cache.sizes());
@@ -45,7 +32,8 @@ void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tenso
                        const at::Tensor& slots, const c10::optional<at::Tensor>& k_scale,
                        const c10::optional<at::Tensor>& v_scale, const std::string& isa) {
   const char* op = "reshape_and_cache_cpu";
-  const QuantizeInt8Row quantize_row = quantize_kernel_for(isa.empty() ? best_isa() : isa_from_name(op, isa));
+  const QuantizeInt8Row quantize_row = QWEN_OPS_KERNEL_FOR_ISA(isa.empty() ? best_isa() : isa_from_name(op, isa),
+                                                               quantize_int8_row);
   check_cache(op, "key_cache", key_cache);
   check_cache(op, "value_cache", value_cache);
   check_value_cache_matches(op, key_cache, value_cache);

@@ -52,19 +52,6 @@ void check_args(const at::Tensor& x, const at::Tensor& weight, const c10::option
   }
 }
 
-SmallMLinearF32 kernel_for(Isa isa) {
-  switch (isa) {
-#if defined(QWEN_OPS_X86_KERNELS)
-    case Isa::kAvx512:
-      return small_m_linear_f32_avx512;
-    case Isa::kAvx2:
-      return small_m_linear_f32_avx2;
-#endif
-    default:
-      return small_m_linear_f32_portable;
-  }
-}
-
 at::Tensor run(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias, Isa isa) {
   check_args(x, weight, bias);
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
@@ -74,7 +61,7 @@ at::Tensor run(const at::Tensor& x, const at::Tensor& weight, const c10::optiona
   const float* wp = weight.data_ptr<float>();
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
-  const SmallMLinearF32 kernel = kernel_for(isa);
+  const SmallMLinearF32 kernel = QWEN_OPS_KERNEL_FOR_ISA(isa, small_m_linear_f32);
   const int64_t unit_bytes = kColumnsPerUnit * std::max<int64_t>(k, 1) * static_cast<int64_t>(sizeof(float));
   const int64_t grain = std::max<int64_t>(1, kMinBytesPerThread / unit_bytes);
   const int64_t units = (n + kColumnsPerUnit - 1) / kColumnsPerUnit;

@@ -17,16 +17,12 @@ from __future__ import annotations
 import torch
 
 from .. import _validate as check
+from .._cpu_kernels import cpu_torch_op_available
 
 OP = "gdn_decode_step"
 F32 = (torch.float32,)
 
-try:
-    from qwen_ops import _C  # noqa: F401  (defines torch.ops.qwen_ops.gdn_decode_step)
-
-    _AVAILABLE = hasattr(torch.ops.qwen_ops, OP)
-except ImportError:  # pure-Python install (QWEN_OPS_BUILD_EXT=0)
-    _AVAILABLE = False
+_AVAILABLE = cpu_torch_op_available(OP)  # False on a pure-Python install (QWEN_OPS_BUILD_EXT=0)
 
 
 def gdn_decode_step_available() -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from .. import _validate as check
+from .._cpu_kernels import cpu_torch_op_available
 
 OP = "small_m_linear"
 # Rows of x up to which the model's projections take this kernel on the CPU (decode batches); larger
@@ -22,12 +23,7 @@ OP = "small_m_linear"
 # K = 1024 / 3584 the kernel was faster up to 256 (1.09x-2.89x).
 SMALL_M_MAX_ROWS = 64
 
-try:
-    from qwen_ops import _C  # noqa: F401  (defines torch.ops.qwen_ops.small_m_linear)
-
-    _AVAILABLE = hasattr(torch.ops.qwen_ops, OP)
-except ImportError:  # pure-Python install (QWEN_OPS_BUILD_EXT=0)
-    _AVAILABLE = False
+_AVAILABLE = cpu_torch_op_available(OP)  # False on a pure-Python install (QWEN_OPS_BUILD_EXT=0)
 
 
 def small_m_linear_available() -> bool:
