@@ -18,14 +18,13 @@ def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, 
                     num_decodes, scale, k_scale=None, v_scale=None) -> torch.Tensor:
     """Decode form on the first ``num_decodes`` rows, prefill form on the rest; see ``reference.py``."""
     d = num_decodes  # decodes have one row each, so they are rows 0..d-1
-    if d == query.shape[0]:  # a step of decodes only: the decode form's output is the whole result
-        return paged_decode_attention(query=query, key_cache=key_cache, value_cache=value_cache,
-                                      block_tables=block_tables[:d], seq_lens=seq_lens[:d], scale=scale,
-                                      k_scale=k_scale, v_scale=v_scale)
-    out = torch.empty_like(query)
-    out[:d] = paged_decode_attention(query=query[:d], key_cache=key_cache, value_cache=value_cache,
+    decoded = paged_decode_attention(query=query[:d], key_cache=key_cache, value_cache=value_cache,
                                      block_tables=block_tables[:d], seq_lens=seq_lens[:d], scale=scale,
                                      k_scale=k_scale, v_scale=v_scale)
+    if d == query.shape[0]:  # a step of decodes only: the decode form's output is the whole result
+        return decoded
+    out = torch.empty_like(query)
+    out[:d] = decoded
     prefill_starts = query_start_loc[d:] - query_start_loc[d]
     q_lens = prefill_starts[1:] - prefill_starts[:-1]
     out[d:] = prefill_attention(query=query[d:], key=key[d:], value=value[d:], cu_seqlens_q=prefill_starts,
