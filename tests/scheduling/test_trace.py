@@ -1,4 +1,4 @@
-"""The trace tool: the README's twelve-token example and its plot."""
+"""The trace tool: the twelve-token example of docs/scheduler.md and its plot."""
 
 import subprocess
 import sys
