@@ -23,8 +23,9 @@
 #ifndef QWEN_SIM_KERNEL_OPERATOR_CUBE_H
 #define QWEN_SIM_KERNEL_OPERATOR_CUBE_H
 
-// Fixpipe's conversion on the way out of L0C (a global enum on the device).
-enum QuantMode_t : uint8_t { NoQuant = 0, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF322B8_PRE, REQ8, VREQ8 };
+// Fixpipe's conversion on the way out of L0C (a global scoped enum on the
+// device: kernels write QuantMode_t::NoQuant, as the real headers require).
+enum class QuantMode_t : uint8_t { NoQuant = 0, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF322B8_PRE, REQ8, VREQ8 };
 
 namespace qwen_sim {
 // The repeat count an 8-bit `repeatTimes` field was asked to hold: the
@@ -166,11 +167,11 @@ inline uint32_t RoundUp(uint32_t v, uint32_t to) { return (v + to - 1) / to * to
 
 inline const char* QuantName(QuantMode_t q) {
   switch (q) {
-    case NoQuant: return "NoQuant";
-    case F322F16: return "F322F16";
-    case F322BF16: return "F322BF16";
-    case DEQF16: return "DEQF16";
-    case VDEQF16: return "VDEQF16";
+    case QuantMode_t::NoQuant: return "NoQuant";
+    case QuantMode_t::F322F16: return "F322F16";
+    case QuantMode_t::F322BF16: return "F322BF16";
+    case QuantMode_t::DEQF16: return "DEQF16";
+    case QuantMode_t::VDEQF16: return "VDEQF16";
     default: return "a requantisation mode";
   }
 }
@@ -377,12 +378,12 @@ inline void Fixpipe(const GlobalTensor<T>& dstGlobal, const LocalTensor<U>& srcL
   qwen_sim::InMemory(call, "src", srcLocal, qwen_sim::MEM_L0C, "Fixpipe reads L0C (TPosition::CO1)");
   if (config.format != CO2Layout::ROW_MAJOR)
     qwen_sim::Fail(call, "only the NZ->ND conversion (CFG_ROW_MAJOR, the default) is modelled by the stand-in");
-  QuantMode_t want = NoQuant;
+  QuantMode_t want = QuantMode_t::NoQuant;
   bool pairOk = true;
-  if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, float>::value) want = NoQuant;
-  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, half>::value) want = F322F16;
-  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, bfloat16_t>::value) want = F322BF16;
-  else if (qwen_sim::SameType<U, int32_t>::value && qwen_sim::SameType<T, int32_t>::value) want = NoQuant;
+  if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, float>::value) want = QuantMode_t::NoQuant;
+  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, half>::value) want = QuantMode_t::F322F16;
+  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, bfloat16_t>::value) want = QuantMode_t::F322BF16;
+  else if (qwen_sim::SameType<U, int32_t>::value && qwen_sim::SameType<T, int32_t>::value) want = QuantMode_t::NoQuant;
   else pairOk = false;
   if (!pairOk)
     qwen_sim::Fail(call, "L0C %s -> GM %s is not a conversion the stand-in models (float -> float/half/bfloat16_t, "

@@ -8,6 +8,8 @@
 #ifndef QWEN_TIKICPULIB_STUB_DEF_H
 #define QWEN_TIKICPULIB_STUB_DEF_H
 
+// Standard headers: the devkit's CPU-debug paths use assert, std::vector,
+// std::string, std::cout, ... without including them (tikicpulib brings them).
 #include <cassert>
 #include <cstdint>
 #include <cstdio>
