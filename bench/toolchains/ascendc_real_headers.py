@@ -73,11 +73,12 @@ class Result:
 
 
 def core_types(source: Path) -> tuple[str, ...]:
-    """The core types a kernel source runs on, from its KERNEL_TASK_TYPE_DEFAULT."""
-    text = source.read_text()
-    if re.search(r"\bKERNEL_TYPE_MIX_AIC_\w+", text):
+    """The core types a kernel source runs on, from its KERNEL_TASK_TYPE_DEFAULT (comments left out)."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", source.read_text(), flags=re.S)
+    kinds = set(re.findall(r"\bKERNEL_TASK_TYPE_DEFAULT\s*\(\s*KERNEL_TYPE_(\w+)\s*\)", code))
+    if any(k.startswith("MIX_AIC_") for k in kinds):
         return ("AIV", "AIC")
-    if re.search(r"\bKERNEL_TYPE_AIC_ONLY\b", text):
+    if "AIC_ONLY" in kinds:
         return ("AIC",)
     return ("AIV",)
 
