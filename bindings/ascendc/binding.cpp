@@ -9,13 +9,13 @@ namespace qwen_bind {
 
 uint32_t Code(at::ScalarType s) {
   switch (s) {
-    case at::kFloat: return qwen_ascendc::DT_FLOAT;
-    case at::kHalf: return qwen_ascendc::DT_HALF;
-    case at::kBFloat16: return qwen_ascendc::DT_BF16;
-    case at::kChar: return qwen_ascendc::DT_INT8;
-    case at::kInt: return qwen_ascendc::DT_INT32;
-    case at::kLong: return qwen_ascendc::DT_INT64;
-    case at::kBool: return qwen_ascendc::DT_BOOL;
+    case at::kFloat: return qwen_ascendc::QWEN_DT_FLOAT;
+    case at::kHalf: return qwen_ascendc::QWEN_DT_HALF;
+    case at::kBFloat16: return qwen_ascendc::QWEN_DT_BF16;
+    case at::kChar: return qwen_ascendc::QWEN_DT_INT8;
+    case at::kInt: return qwen_ascendc::QWEN_DT_INT32;
+    case at::kLong: return qwen_ascendc::QWEN_DT_INT64;
+    case at::kBool: return qwen_ascendc::QWEN_DT_BOOL;
     default: return 0xffffffffu;
   }
 }

@@ -70,7 +70,7 @@ at::Tensor PrefillAttention(const at::Tensor& query, const at::Tensor& key, cons
   const auto tiling = qwen_ascendc::PlanPrefillAttention(
       U32(op, n, "N"), U32(op, hq, "Hq"), U32(op, hkv, "Hkv"), U32(op, d, "D"), U32(op, bs, "Bs"),
       U32(op, maxBlocks, "M"), hasContext, causal, Code(query.scalar_type()),
-      quant ? qwen_ascendc::DT_INT8 : Code(query.scalar_type()), static_cast<float>(scale),
+      quant ? qwen_ascendc::QWEN_DT_INT8 : Code(query.scalar_type()), static_cast<float>(scale),
       Config(numCores, ubBytes, maxTile));
   // The hand-off ring of every group, then 16 rows of zeros (the V padding rows the cube multiplies by P's zeros).
   const int64_t wsBytes = static_cast<int64_t>(tiling.wsZeros) + 16 * d * query.element_size();

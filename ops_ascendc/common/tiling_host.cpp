@@ -35,9 +35,9 @@ void NoFit(const char* op, const std::string& what, uint32_t budget) {
 
 uint32_t DtypeBytes(uint32_t dt) {
   switch (dt) {
-    case DT_FLOAT: case DT_INT32: return 4;
-    case DT_HALF: case DT_BF16: return 2;
-    case DT_INT64: return 8;
+    case QWEN_DT_FLOAT: case QWEN_DT_INT32: return 4;
+    case QWEN_DT_HALF: case QWEN_DT_BF16: return 2;
+    case QWEN_DT_INT64: return 8;
     default: return 1;
   }
 }

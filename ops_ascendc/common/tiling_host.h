@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 

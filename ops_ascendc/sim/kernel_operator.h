@@ -686,7 +686,7 @@ inline void Duplicate(const LocalTensor<T>& dstLocal, const T& scalarValue, cons
 
 // dst = dst + src * scalar (the multiply is rounded to T first, as two instructions would be)
 template <typename T, typename U>
-inline void Axpy(const LocalTensor<T>& dstLocal, const LocalTensor<U>& srcLocal, const U scalarValue,
+inline void Axpy(const LocalTensor<T>& dstLocal, const LocalTensor<U>& srcLocal, const U& scalarValue,
                  const int32_t& calCount) {
   static_assert(qwen_sim::SameType<T, U>::value && qwen_sim::IsVecFloat<T>::value,
                 "Axpy: half/half or float/float in this stand-in");

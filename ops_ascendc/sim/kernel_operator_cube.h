@@ -23,8 +23,19 @@
 #ifndef QWEN_SIM_KERNEL_OPERATOR_CUBE_H
 #define QWEN_SIM_KERNEL_OPERATOR_CUBE_H
 
-// Fixpipe's conversion on the way out of L0C (a global enum on the device).
-enum QuantMode_t : uint8_t { NoQuant = 0, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF322B8_PRE, REQ8, VREQ8 };
+// Fixpipe's conversion on the way out of L0C (a global scoped enum on the
+// device: kernels write QuantMode_t::NoQuant, as the real headers require).
+enum class QuantMode_t : uint8_t { NoQuant = 0, F322F16, F322BF16, DEQF16, VDEQF16, QF322B8_PRE, VQF322B8_PRE, REQ8, VREQ8 };
+
+namespace qwen_sim {
+// The repeat count an 8-bit `repeatTimes` field was asked to hold: the
+// constructor's argument while the field still holds its low 8 bits (the
+// device's truncation), else the field itself (assigned after construction).
+constexpr int64_t kNoRequestedCount = -(1ll << 62);
+inline int64_t RequestedCount(uint8_t field, int64_t requested) {
+  return requested != kNoRequestedCount && static_cast<uint8_t>(requested) == field ? requested : field;
+}
+}  // namespace qwen_sim
 
 namespace AscendC {
 
@@ -38,32 +49,35 @@ struct Nd2NzParams {
       : ndNum(ndNumIn), nValue(nValueIn), dValue(dValueIn), srcNdMatrixStride(srcNdMatrixStrideIn),
         srcDValue(srcDValueIn), dstNzC0Stride(dstNzC0StrideIn), dstNzNStride(dstNzNStrideIn),
         dstNzMatrixStride(dstNzMatrixStrideIn) {}
-  uint16_t ndNum = 1;
+  uint16_t ndNum = 0;
   uint16_t nValue = 0;             // rows of each ND matrix
   uint16_t dValue = 0;             // columns of each ND matrix
   uint16_t srcNdMatrixStride = 0;  // elements from one source matrix to the next
   uint16_t srcDValue = 0;          // elements from one source row to the next
   uint16_t dstNzC0Stride = 0;      // rows (of c0) from one column block to the next
-  uint16_t dstNzNStride = 1;       // rows (of c0) from one row to the next
+  uint16_t dstNzNStride = 0;       // rows (of c0) from one row to the next
   uint16_t dstNzMatrixStride = 0;  // elements from one destination matrix to the next
 };
 
-// L1 -> L0A/L0B, one 512-byte fractal per repeat. On the device repeatTimes
-// is an 8-bit field (silently truncated); the stand-in keeps the full value
-// and stops on more than 255.
+// L1 -> L0A/L0B, one 512-byte fractal per repeat. repeatTimes is an 8-bit
+// field, as on the device (which silently keeps the low 8 bits of a larger
+// count); the constructor's parameter takes any integer and remembers it, so
+// that LoadData stops on a count the field cannot hold.
 struct LoadData2DParams {
   LoadData2DParams() {}
-  LoadData2DParams(const uint16_t startIndexIn, const uint32_t repeatTimesIn, const uint16_t srcStrideIn,
+  LoadData2DParams(const uint16_t startIndexIn, const qwen_sim::RepeatTimes repeatTimesIn, const uint16_t srcStrideIn,
                    const uint8_t sidIn, const uint16_t dstGapIn, const bool ifTransposeIn, const uint8_t addrModeIn)
-      : startIndex(startIndexIn), repeatTimes(repeatTimesIn), srcStride(srcStrideIn), sid(sidIn), dstGap(dstGapIn),
-        ifTranspose(ifTransposeIn), addrMode(addrModeIn) {}
-  uint16_t startIndex = 0;  // first source fractal
-  uint32_t repeatTimes = 0; // fractals to move (1..255)
-  uint16_t srcStride = 0;   // source fractals from one repeat to the next
+      : startIndex(startIndexIn), dstGap(dstGapIn), srcStride(srcStrideIn), ifTranspose(ifTransposeIn),
+        repeatTimes(static_cast<uint8_t>(repeatTimesIn.value)), sid(sidIn), addrMode(addrModeIn),
+        requestedRepeatTimes(repeatTimesIn.value) {}
+  uint16_t startIndex = 0;   // first source fractal
+  uint16_t dstGap = 0;       // fractals left out between destination fractals
+  uint16_t srcStride = 0;    // source fractals from one repeat to the next
+  bool ifTranspose = false;  // transpose each 16x16 fractal (16-bit types only)
+  uint8_t repeatTimes = 0;   // fractals to move (1..255)
   uint8_t sid = 0;
-  uint16_t dstGap = 0;      // fractals left out between destination fractals
-  bool ifTranspose = false; // transpose each 16x16 fractal (16-bit types only)
   uint8_t addrMode = 0;
+  int64_t requestedRepeatTimes = qwen_sim::kNoRequestedCount;  // stand-in only: the constructor's count
 };
 
 // L1 -> L0A/L0B with a transpose per square: 16x16 for 16-bit types (one
@@ -74,20 +88,26 @@ struct LoadData2DParams {
 // fractals between the two fractals of one iteration (8- and 32-bit types).
 struct LoadData2dTransposeParams {
   LoadData2dTransposeParams() {}
-  LoadData2dTransposeParams(const uint16_t startIndexIn, const uint32_t repeatTimesIn, const uint16_t srcStrideIn,
-                            const uint16_t dstGapIn, const uint16_t dstFracGapIn, const uint8_t addrModeIn)
-      : startIndex(startIndexIn), repeatTimes(repeatTimesIn), srcStride(srcStrideIn), dstGap(dstGapIn),
-        dstFracGap(dstFracGapIn), addrMode(addrModeIn) {}
+  LoadData2dTransposeParams(const uint16_t startIndexIn, const qwen_sim::RepeatTimes repeatTimesIn,
+                            const uint16_t srcStrideIn, const uint16_t dstGapIn, const uint16_t dstFracGapIn,
+                            const uint8_t addrModeIn = 0)
+      : startIndex(startIndexIn), repeatTimes(static_cast<uint8_t>(repeatTimesIn.value)), srcStride(srcStrideIn),
+        dstGap(dstGapIn), dstFracGap(dstFracGapIn), addrMode(addrModeIn), requestedRepeatTimes(repeatTimesIn.value) {}
   uint16_t startIndex = 0;   // first source square
-  uint32_t repeatTimes = 0;  // squares to move (0..255; 0 moves nothing); 8 bits on the device, checked here
+  uint8_t repeatTimes = 0;   // squares to move (0..255; 0 moves nothing): 8 bits, as LoadData2DParams's
   uint16_t srcStride = 0;
   uint16_t dstGap = 0;
   uint16_t dstFracGap = 0;
   uint8_t addrMode = 0;
+  int64_t requestedRepeatTimes = qwen_sim::kNoRequestedCount;  // stand-in only: the constructor's count
 };
 
 struct MmadParams {
   MmadParams() {}
+  MmadParams(const uint16_t mIn, const uint16_t nIn, const uint16_t kIn, const bool isBiasIn, const int32_t fmOffsetIn,
+             const bool enSsparseIn, const bool enWinogradAIn, const bool enWinogradBIn)
+      : m(mIn), n(nIn), k(kIn), isBias(isBiasIn), fmOffset(fmOffsetIn), enSsparse(enSsparseIn),
+        enWinogradA(enWinogradAIn), enWinogradB(enWinogradBIn) {}
   MmadParams(const uint16_t mIn, const uint16_t nIn, const uint16_t kIn, const uint8_t unitFlagIn,
              const bool cmatrixSourceIn, const bool cmatrixInitValIn)
       : m(mIn), n(nIn), k(kIn), unitFlag(unitFlagIn), cmatrixSource(cmatrixSourceIn), cmatrixInitVal(cmatrixInitValIn) {}
@@ -130,7 +150,7 @@ struct FixpipeParamsV220 {
   uint16_t srcStride = 0;  // rows of the L0C Nz matrix per fractal column (m rounded up to 16, or more)
   uint32_t dstStride = 0;  // elements from one GM row to the next (ND)
   bool reluEn = false;
-  QuantMode_t quantPre = NoQuant;
+  QuantMode_t quantPre = QuantMode_t::NoQuant;
   uint64_t deqScalar = 0;
   uint16_t ndNum = 1;
   uint16_t srcNdStride = 0;
@@ -147,11 +167,11 @@ inline uint32_t RoundUp(uint32_t v, uint32_t to) { return (v + to - 1) / to * to
 
 inline const char* QuantName(QuantMode_t q) {
   switch (q) {
-    case NoQuant: return "NoQuant";
-    case F322F16: return "F322F16";
-    case F322BF16: return "F322BF16";
-    case DEQF16: return "DEQF16";
-    case VDEQF16: return "VDEQF16";
+    case QuantMode_t::NoQuant: return "NoQuant";
+    case QuantMode_t::F322F16: return "F322F16";
+    case QuantMode_t::F322BF16: return "F322BF16";
+    case QuantMode_t::DEQF16: return "DEQF16";
+    case QuantMode_t::VDEQF16: return "VDEQF16";
     default: return "a requantisation mode";
   }
 }
@@ -212,8 +232,9 @@ inline void LoadData(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLo
   if (dstLocal.Mem() != qwen_sim::MEM_L0A && dstLocal.Mem() != qwen_sim::MEM_L0B)
     qwen_sim::Fail(call, "dst is in %s (TPosition::%s); LoadData2DParams loads L0A (A2) or L0B (B2)",
                    qwen_sim::MemInfoOf(dstLocal.Mem()).name, qwen_sim::PositionName(dstLocal.pos_));
-  if (p.repeatTimes < 1 || p.repeatTimes > 255)
-    qwen_sim::Fail(call, "repeatTimes %u outside 1..255 (an 8-bit field on the device)", p.repeatTimes);
+  const int64_t repeats = qwen_sim::RequestedCount(p.repeatTimes, p.requestedRepeatTimes);
+  if (repeats < 1 || repeats > 255)
+    qwen_sim::Fail(call, "repeatTimes %lld outside 1..255 (an 8-bit field on the device)", static_cast<long long>(repeats));
   if (p.ifTranspose && sizeof(T) != 2)
     qwen_sim::Fail(call, "ifTranspose transposes 16x16 fractals of 16-bit types only; %s needs LoadDataWithTranspose",
                    qwen_sim::TypeName<T>::Get());
@@ -245,8 +266,9 @@ inline void LoadDataWithTranspose(const LocalTensor<T>& dstLocal, const LocalTen
   if (dstLocal.Mem() != qwen_sim::MEM_L0A && dstLocal.Mem() != qwen_sim::MEM_L0B)
     qwen_sim::Fail(call, "dst is in %s (TPosition::%s); LoadDataWithTranspose loads L0A (A2) or L0B (B2)",
                    qwen_sim::MemInfoOf(dstLocal.Mem()).name, qwen_sim::PositionName(dstLocal.pos_));
-  if (p.repeatTimes > 255)
-    qwen_sim::Fail(call, "repeatTimes %u outside 0..255 (an 8-bit field on the device)", p.repeatTimes);
+  const int64_t repeats = qwen_sim::RequestedCount(p.repeatTimes, p.requestedRepeatTimes);
+  if (repeats < 0 || repeats > 255)
+    qwen_sim::Fail(call, "repeatTimes %lld outside 0..255 (an 8-bit field on the device)", static_cast<long long>(repeats));
   if (p.repeatTimes == 0) return;
   const uint32_t fe = qwen_sim::kFractalBytes / sizeof(T);
   const uint32_t fracs = sizeof(T) == 2 ? 1u : 2u;  // fractals per square
@@ -356,12 +378,12 @@ inline void Fixpipe(const GlobalTensor<T>& dstGlobal, const LocalTensor<U>& srcL
   qwen_sim::InMemory(call, "src", srcLocal, qwen_sim::MEM_L0C, "Fixpipe reads L0C (TPosition::CO1)");
   if (config.format != CO2Layout::ROW_MAJOR)
     qwen_sim::Fail(call, "only the NZ->ND conversion (CFG_ROW_MAJOR, the default) is modelled by the stand-in");
-  QuantMode_t want = NoQuant;
+  QuantMode_t want = QuantMode_t::NoQuant;
   bool pairOk = true;
-  if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, float>::value) want = NoQuant;
-  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, half>::value) want = F322F16;
-  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, bfloat16_t>::value) want = F322BF16;
-  else if (qwen_sim::SameType<U, int32_t>::value && qwen_sim::SameType<T, int32_t>::value) want = NoQuant;
+  if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, float>::value) want = QuantMode_t::NoQuant;
+  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, half>::value) want = QuantMode_t::F322F16;
+  else if (qwen_sim::SameType<U, float>::value && qwen_sim::SameType<T, bfloat16_t>::value) want = QuantMode_t::F322BF16;
+  else if (qwen_sim::SameType<U, int32_t>::value && qwen_sim::SameType<T, int32_t>::value) want = QuantMode_t::NoQuant;
   else pairOk = false;
   if (!pairOk)
     qwen_sim::Fail(call, "L0C %s -> GM %s is not a conversion the stand-in models (float -> float/half/bfloat16_t, "

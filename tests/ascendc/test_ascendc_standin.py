@@ -292,15 +292,15 @@ def test_kernel_objects_use_no_runtime_support(build):
         assert not bad, f"{obj.name} needs host runtime support: {bad}"
 
 
-KERNEL_HEADERS_ALLOWED = {"kernel_operator.h", "kernel_operator_cube.h", "kernel_operator_mix.h", "kernel_common.h",
-                          "kernel_conv.h", "tiling_common.h", "sim_types.h"}
+KERNEL_HEADERS_ALLOWED = {"kernel_operator.h", "kernel_operator_cube.h", "kernel_operator_mix.h", "qwen_kernel_common.h",
+                          "qwen_kernel_conv.h", "qwen_tiling_common.h", "sim_types.h"}
 # ...and the op's own tiling struct, "../op_host/<op>_tiling.h" from its kernel, "<op>_tiling.h" beside it;
 # its kernel class "<op>_kernel.h"; or another op's tiling or kernel class, "../../<op>/op_host|op_kernel/...".
 OWN_TILING = re.compile(r"((\.\./)?\.\./(\w+/)?op_(host|kernel)/)?\w+_(tiling|kernel)\.h")
 
 
 def _device_sources():
-    files = KERNEL_SOURCES + KERNEL_CLASS_HEADERS + sorted(COMMON.glob("kernel_*.h")) + [COMMON / "tiling_common.h"]
+    files = KERNEL_SOURCES + KERNEL_CLASS_HEADERS + sorted(COMMON.glob("qwen_kernel_*.h")) + [COMMON / "qwen_tiling_common.h"]
     files += TILING_HEADERS
     files += [SIM / "kernel_operator.h", SIM / "kernel_operator_cube.h", SIM / "kernel_operator_mix.h", SIM / "sim_types.h"]
     return files

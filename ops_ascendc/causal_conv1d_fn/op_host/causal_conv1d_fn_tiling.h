@@ -4,7 +4,7 @@
 #ifndef QWEN_ASCENDC_CAUSAL_CONV1D_FN_TILING_H
 #define QWEN_ASCENDC_CAUSAL_CONV1D_FN_TILING_H
 
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 
@@ -18,8 +18,8 @@ struct CausalConv1dFnTiling {
   uint32_t stateDtype;
   uint32_t weightDtype;
   uint32_t biasDtype;
-  uint32_t qslDtype;         // query_start_loc: DT_INT32 / DT_INT64
-  uint32_t idxDtype;         // cache_indices: DT_INT32 / DT_INT64
+  uint32_t qslDtype;         // query_start_loc: QWEN_DT_INT32 / QWEN_DT_INT64
+  uint32_t idxDtype;         // cache_indices: QWEN_DT_INT32 / QWEN_DT_INT64
   uint32_t hasBias;
   uint32_t silu;
   uint32_t tileChannels;     // channels per tile (a multiple of 32)

@@ -16,7 +16,7 @@
 // The tokens of a sequence stream through in chunks of tileTokens: the
 // history window [K-1 + tileTokens rows, tileChannels floats] keeps the last
 // K-1 inputs of the previous chunk (or the saved state) in its first rows.
-#include "kernel_conv.h"
+#include "qwen_kernel_conv.h"
 #include "../op_host/causal_conv1d_fn_tiling.h"
 
 using namespace AscendC;

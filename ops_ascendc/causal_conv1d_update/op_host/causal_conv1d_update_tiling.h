@@ -4,7 +4,7 @@
 #ifndef QWEN_ASCENDC_CAUSAL_CONV1D_UPDATE_TILING_H
 #define QWEN_ASCENDC_CAUSAL_CONV1D_UPDATE_TILING_H
 
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 

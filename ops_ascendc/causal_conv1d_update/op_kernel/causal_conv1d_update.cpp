@@ -7,7 +7,7 @@
 // tile, batch row), tile-major, so a core reloads the weight tile only when
 // its tile changes. The weight tile [nc, K] is transposed in the unified
 // buffer to K rows of channels so that each tap is one vector multiply.
-#include "kernel_conv.h"
+#include "qwen_kernel_conv.h"
 #include "../op_host/causal_conv1d_update_tiling.h"
 
 using namespace AscendC;

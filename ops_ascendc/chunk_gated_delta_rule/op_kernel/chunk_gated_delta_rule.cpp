@@ -26,7 +26,7 @@
 // (2016 length-64 Axpys) stay in the unified buffer, where block doubling
 // would need three more cube <-> AIV round trips through GM per chunk for
 // 16/32-row blocks that fill the cube poorly.
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 #include "../op_host/chunk_gated_delta_rule_tiling.h"
 
 using namespace AscendC;
@@ -115,7 +115,7 @@ class GdnChunkCube {
     Mmad(c_.Get<float>(), la2, lb2, MmadParams(m, n, k, 0, false, !accumulate));
   }
   __aicore__ inline void Out(const GlobalTensor<float>& dst, uint32_t rows, uint32_t n, uint32_t m, uint32_t ld) {
-    Fixpipe(dst, c_.Get<float>(), FixpipeParamsV220(n, rows, m, ld, false, NoQuant, 0, 1, 0, 0, 0));
+    Fixpipe(dst, c_.Get<float>(), FixpipeParamsV220(n, rows, m, ld, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
   }
   template <typename T>
   __aicore__ inline void OutTo(GM_ADDR base, uint64_t offset, uint32_t rows, QuantMode_t quant) {
@@ -146,9 +146,9 @@ class GdnChunkCube {
     Mul(Slot(WS_QD), dk, Slot(WS_STATE), dv, false, C, dv, dk, false);
     Mul(Slot(WS_ATT), C, Slot(WS_VNEW), dv, false, C, dv, C, true);
     const uint64_t o = (tok0 * t_.numVHeads + h) * t_.dv;
-    if (t_.qkvDtype == DT_HALF) OutTo<half>(out_, o, rows, F322F16);
-    else if (t_.qkvDtype == DT_BF16) OutTo<bfloat16_t>(out_, o, rows, F322BF16);
-    else OutTo<float>(out_, o, rows, NoQuant);
+    if (t_.qkvDtype == QWEN_DT_HALF) OutTo<half>(out_, o, rows, QuantMode_t::F322F16);
+    else if (t_.qkvDtype == QWEN_DT_BF16) OutTo<bfloat16_t>(out_, o, rows, QuantMode_t::F322BF16);
+    else OutTo<float>(out_, o, rows, QuantMode_t::NoQuant);
     Mul(Slot(WS_KENDT), C, Slot(WS_VNEW), dv, false, dk, dv, C, false);
     Out(Slot(WS_SPART), dk, dv, dk, dv);
     CrossCoreSetFlag<2, PIPE_FIX>(kAicDone);

@@ -10,7 +10,7 @@
 // GM and in the unified buffer; dt_bias and -exp(A_log) are laid out once per
 // core repeated for every row of a tile, so each step is one vector operation
 // over the whole tile.
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 #include "../op_host/fused_gdn_gating_tiling.h"
 
 using namespace AscendC;
@@ -87,7 +87,7 @@ class FusedGdnGatingKernel {
     Maxs(x, x, 0.0f, n);
     Add(x, x, tmp, n);
     Mul(x, x, decayBuf_.Get<float>(), n);
-    StoreFromFloat(outQ_, gG_[first * 4], x, DT_FLOAT, count);
+    StoreFromFloat(outQ_, gG_[first * 4], x, QWEN_DT_FLOAT, count);
 
     // beta = 1 / (1 + exp(-b)), rounded to b's dtype
     LoadAsFloat(inQ_, x, gB_[first * DtypeSize(t_.bDtype)], t_.bDtype, count);

@@ -4,7 +4,7 @@
 #ifndef QWEN_ASCENDC_FUSED_RECURRENT_GATED_DELTA_RULE_TILING_H
 #define QWEN_ASCENDC_FUSED_RECURRENT_GATED_DELTA_RULE_TILING_H
 
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 
@@ -18,8 +18,8 @@ struct GdnRecurrentTiling {
   uint32_t dv;
   uint32_t qkvDtype;
   uint32_t betaDtype;
-  uint32_t cuDtype;          // DT_INT32 / DT_INT64 when cu_seqlens is given
-  uint32_t idxDtype;         // DT_INT32 / DT_INT64 when ssm_state_indices is given
+  uint32_t cuDtype;          // QWEN_DT_INT32 / QWEN_DT_INT64 when cu_seqlens is given
+  uint32_t idxDtype;         // QWEN_DT_INT32 / QWEN_DT_INT64 when ssm_state_indices is given
   uint32_t hasCuSeqlens;
   uint32_t hasInitialState;
   uint32_t hasIndices;

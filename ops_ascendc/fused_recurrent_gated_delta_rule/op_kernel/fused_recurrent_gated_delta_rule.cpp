@@ -7,7 +7,7 @@
 // and holds S[:, j0:j0+dvTile] in the unified buffer for the whole sequence.
 // With ssm_state_indices the initial state comes from a pool row and the final
 // state is written back to it in place; index -1 is padding (zeros out).
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 #include "../op_host/fused_recurrent_gated_delta_rule_tiling.h"
 
 using namespace AscendC;

@@ -37,8 +37,8 @@ extern "C" __global__ __aicore__ void qwen_mixed_attention(GM_ADDR query, GM_ADD
                                     prefillContextLens, kScale, vScale, out + nd * qRow, workspace};
   if ASCEND_IS_AIC {
     switch (p.qDtype) {
-      case DT_HALF: { qwen_prefill_kernel::CubeSide<half> c; c.Run(a, p); break; }
-      case DT_BF16: { qwen_prefill_kernel::CubeSide<bfloat16_t> c; c.Run(a, p); break; }
+      case QWEN_DT_HALF: { qwen_prefill_kernel::CubeSide<half> c; c.Run(a, p); break; }
+      case QWEN_DT_BF16: { qwen_prefill_kernel::CubeSide<bfloat16_t> c; c.Run(a, p); break; }
       default: { qwen_prefill_kernel::CubeSide<float> c; c.Run(a, p); break; }
     }
   } else {

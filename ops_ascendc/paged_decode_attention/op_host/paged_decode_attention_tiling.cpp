@@ -12,8 +12,8 @@ uint64_t PagedAttentionUb(const PagedAttentionTiling& t) {
   const uint64_t d = t.headDim, tile = t.tileTokens, gd = static_cast<uint64_t>(t.groupSize) * d;
   const uint64_t esC = DtypeBytes(t.cacheDtype), esQ = DtypeBytes(t.qDtype);
   uint64_t b = 4 * R32(tile * d * esC) + 2 * R32(gd * esQ) + 2 * R32(gd * 4);
-  if (t.cacheDtype != DT_FLOAT) b += 2 * R32(tile * d * 4);
-  if (t.cacheDtype == DT_INT8) b += R32(tile * d * 2) + R32(2 * d * 4);
+  if (t.cacheDtype != QWEN_DT_FLOAT) b += 2 * R32(tile * d * 4);
+  if (t.cacheDtype == QWEN_DT_INT8) b += R32(tile * d * 2) + R32(2 * d * 4);
   b += R32(R8(tile) * 4) + R32(d * 4) + R32(2 * R8(t.groupSize) * 4) + 32 + 32;
   const uint64_t longest = std::max(d, tile);
   b += R32(R8(2 * ((longest + 63) / 64)) * 4);

@@ -15,7 +15,7 @@
 // float32 per query head (running max m, running sum l, accumulator acc).
 // INT8: k_scale is folded into the query (q * scale * k_scale) and v_scale is
 // applied to the accumulator at the end.
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 #include "../op_host/paged_decode_attention_tiling.h"
 
 using namespace AscendC;
@@ -35,7 +35,7 @@ class PagedDecodeAttentionKernel {
     G_ = t.groupSize;
     esQ_ = DtypeSize(t.qDtype);
     esC_ = DtypeSize(t.cacheDtype);
-    quant_ = t.cacheDtype == DT_INT8;
+    quant_ = t.cacheDtype == QWEN_DT_INT8;
     const uint32_t tile = t.tileTokens;
     const uint32_t GD = G_ * D_;
 
@@ -45,7 +45,7 @@ class PagedDecodeAttentionKernel {
     pipe_.InitBuffer(oOut_, 1, GD * esQ_);
     pipe_.InitBuffer(qfBuf_, GD * 4);
     pipe_.InitBuffer(accBuf_, GD * 4);
-    if (t.cacheDtype != DT_FLOAT) {
+    if (t.cacheDtype != QWEN_DT_FLOAT) {
       pipe_.InitBuffer(kfBuf_, tile * D_ * 4);
       pipe_.InitBuffer(vfBuf_, tile * D_ * 4);
     }
@@ -152,7 +152,7 @@ class PagedDecodeAttentionKernel {
     LocalTensor<uint8_t> kRaw = kQ_.DeQue<uint8_t>();
     LocalTensor<uint8_t> vRaw = vQ_.DeQue<uint8_t>();
     LocalTensor<float> kf, vf;
-    if (t_.cacheDtype == DT_FLOAT) {
+    if (t_.cacheDtype == QWEN_DT_FLOAT) {
       kf = kRaw.ReinterpretCast<float>();
       vf = vRaw.ReinterpretCast<float>();
     } else {

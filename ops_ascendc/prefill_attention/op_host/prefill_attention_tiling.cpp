@@ -25,7 +25,7 @@ constexpr uint32_t kMaxRows = 128;  // cube m per unit: L0A/L0C and the AIV row 
 void SizeBuffers(PrefillAttentionTiling* t, uint32_t groups) {
   const uint64_t d = t->headDim, es = DtypeBytes(t->qDtype), m = static_cast<uint64_t>(t->qTileTokens) * t->groupSize;
   const uint64_t m16 = R16(m), k16 = R16(t->kvTileTokens), mh = (m + 1) / 2, kh = (t->kvTileTokens + 1) / 2;
-  const bool quant = t->cacheDtype == DT_INT8;
+  const bool quant = t->cacheDtype == QWEN_DT_INT8;
   t->kvPitch = static_cast<uint32_t>(k16);
   t->l1Q = static_cast<uint32_t>(R32(m16 * d * es));
   t->l1K = static_cast<uint32_t>(R32(k16 * d * es));

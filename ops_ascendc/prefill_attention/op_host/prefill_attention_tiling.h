@@ -8,7 +8,7 @@
 #ifndef QWEN_ASCENDC_PREFILL_ATTENTION_TILING_H
 #define QWEN_ASCENDC_PREFILL_ATTENTION_TILING_H
 
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 

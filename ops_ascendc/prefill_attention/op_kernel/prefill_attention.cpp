@@ -17,8 +17,8 @@ extern "C" __global__ __aicore__ void qwen_prefill_attention(GM_ADDR query, GM_A
                workspace};
   if ASCEND_IS_AIC {
     switch (t.qDtype) {
-      case DT_HALF: { qwen_prefill_kernel::CubeSide<half> c; c.Run(a, t); break; }
-      case DT_BF16: { qwen_prefill_kernel::CubeSide<bfloat16_t> c; c.Run(a, t); break; }
+      case QWEN_DT_HALF: { qwen_prefill_kernel::CubeSide<half> c; c.Run(a, t); break; }
+      case QWEN_DT_BF16: { qwen_prefill_kernel::CubeSide<bfloat16_t> c; c.Run(a, t); break; }
       default: { qwen_prefill_kernel::CubeSide<float> c; c.Run(a, t); break; }
     }
   } else {

@@ -30,7 +30,7 @@
 // tokens up to the unit's last row (causal) or all of them. Operands are in
 // the query's dtype with float32 accumulation; P is rounded to that dtype for
 // the P.V product (as FlashAttention kernels do).
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 #include "../op_host/prefill_attention_tiling.h"
 
 using namespace AscendC;
@@ -61,12 +61,12 @@ struct UnitWalk {
  private:
   __aicore__ inline bool Load(uint32_t req) {
     for (; req < t->numReqs; ++req) {
-      const int64_t a = ReadIndex(cuSeqlens, DT_INT32, req), b = ReadIndex(cuSeqlens, DT_INT32, req + 1);
+      const int64_t a = ReadIndex(cuSeqlens, QWEN_DT_INT32, req), b = ReadIndex(cuSeqlens, QWEN_DT_INT32, req + 1);
       if (b > a) {
         r = req;
         qStart = static_cast<uint32_t>(a);
         qLen = static_cast<uint32_t>(b - a);
-        ctx = t->hasContext ? static_cast<uint32_t>(ReadIndex(contextLens, DT_INT32, req)) : 0;
+        ctx = t->hasContext ? static_cast<uint32_t>(ReadIndex(contextLens, QWEN_DT_INT32, req)) : 0;
         i0 = 0;
         h = 0;
         rows = MinU(t->qTileTokens, qLen);
@@ -142,7 +142,7 @@ class CubeSide {
     t_ = t;
     a_ = a;
     D_ = t.headDim;
-    quant_ = t.cacheDtype == DT_INT8;
+    quant_ = t.cacheDtype == QWEN_DT_INT8;
     group_ = static_cast<uint32_t>(GetBlockIdx());
     pipe_.InitBuffer(qL1_, t.l1Q);
     pipe_.InitBuffer(kL1_, t.l1K);
@@ -247,7 +247,7 @@ class CubeSide {
     const uint64_t sOff = wsGroup_ + t_.wsScores + static_cast<uint64_t>(slot) * Rows(u) * t_.kvPitch * 4;
     Fixpipe(Typed<float>(a_.ws, sOff), c,
             FixpipeParamsV220(static_cast<uint16_t>(k.n), static_cast<uint16_t>(Rows(u)), static_cast<uint16_t>(m16),
-                              t_.kvPitch, false, NoQuant, 0, 1, 0, 0, 0));
+                              t_.kvPitch, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
     CrossCoreSetFlag<2, PIPE_FIX>(kFlagScores);
   }
 
@@ -279,7 +279,7 @@ class CubeSide {
     const uint64_t oOff = wsGroup_ + t_.wsOutput + static_cast<uint64_t>(slot) * Rows(u) * D_ * 4;
     Fixpipe(Typed<float>(a_.ws, oOff), c,
             FixpipeParamsV220(static_cast<uint16_t>(D_), static_cast<uint16_t>(Rows(u)), static_cast<uint16_t>(m16),
-                              D_, false, NoQuant, 0, 1, 0, 0, 0));
+                              D_, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
   }
 
   PrefillAttentionTiling t_;
@@ -303,7 +303,7 @@ class VectorSide {
     a_ = a;
     D_ = t.headDim;
     es_ = DtypeSize(t.qDtype);
-    quant_ = t.cacheDtype == DT_INT8;
+    quant_ = t.cacheDtype == QWEN_DT_INT8;
     group_ = static_cast<uint32_t>(GetBlockIdx()) / 2;
     sub_ = static_cast<uint32_t>(GetSubBlockIdx());
     pipe_.InitBuffer(sBuf_, t.ubS);
@@ -382,7 +382,7 @@ class VectorSide {
         const uint64_t off = ((static_cast<uint64_t>(blk) * t_.numKvHeads + u.h) * t_.blockSize + rib) * D_;
         RowsIn(raw, cache[off], 1, cnt * D_, 0, RoundUp(cnt * D_, 32));
         Mte2ToV();
-        ToFloat(fl, raw, DT_INT8, h16, cnt * D_);
+        ToFloat(fl, raw, QWEN_DT_INT8, h16, cnt * D_);
         for (uint32_t x = 0; x < cnt; ++x) Mul(fl[x * D_], fl[x * D_], scales[which * D_], static_cast<int32_t>(D_));
         FromFloat(out, fl, t_.qDtype, cnt * D_);
         RowsOut(ws_[slotOff + static_cast<uint64_t>(first + done) * D_ * es_], out, 1, cnt * D_ * es_, 0,

@@ -11,7 +11,7 @@ namespace qwen_ascendc {
 uint64_t ReshapeAndCacheUb(const ReshapeAndCacheTiling& t) {
   const uint64_t e = static_cast<uint64_t>(t.headsPerTile) * t.pitch;
   uint64_t b = 2 * R32(e * DtypeBytes(t.kvDtype)) + 2 * R32(e * DtypeBytes(t.cacheDtype));
-  if (t.cacheDtype == DT_INT8) b += R32(e * 4) + R32(e * 2) + R32(2 * e * 4);
+  if (t.cacheDtype == QWEN_DT_INT8) b += R32(e * 4) + R32(e * 2) + R32(2 * e * 4);
   return b;
 }
 

@@ -4,7 +4,7 @@
 #ifndef QWEN_ASCENDC_RESHAPE_AND_CACHE_TILING_H
 #define QWEN_ASCENDC_RESHAPE_AND_CACHE_TILING_H
 
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 
@@ -15,8 +15,8 @@ struct ReshapeAndCacheTiling {
   uint32_t blockSize;
   uint32_t numSlots;       // NB * Bs
   uint32_t kvDtype;        // key/value
-  uint32_t cacheDtype;     // cache (same as kvDtype, or DT_INT8)
-  uint32_t slotDtype;      // DT_INT32 or DT_INT64
+  uint32_t cacheDtype;     // cache (same as kvDtype, or QWEN_DT_INT8)
+  uint32_t slotDtype;      // QWEN_DT_INT32 or QWEN_DT_INT64
   uint32_t pitch;          // elements per head row in UB: headDim rounded up to 32
   uint32_t headsPerTile;   // heads moved per tile (<= numKvHeads)
   uint32_t tokensPerCore;  // core i handles tokens [i * tokensPerCore, ...)

@@ -6,7 +6,7 @@
 // Work split: each core takes a contiguous range of tokens; heads move in
 // tiles of `headsPerTile` rows of `pitch` (D rounded up to 32) elements, so
 // every row starts on a 32-byte boundary for any dtype.
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 #include "../op_host/reshape_and_cache_tiling.h"
 
 using namespace AscendC;
@@ -20,7 +20,7 @@ class ReshapeAndCacheKernel {
                              GM_ADDR kScale, GM_ADDR vScale, const ReshapeAndCacheTiling& t) {
     const CoreShare tokens = ShareOfThisCore(t.numTokens, t.tokensPerCore, t.usedCores);
     if (tokens.idle) return;
-    const bool quant = t.cacheDtype == DT_INT8;
+    const bool quant = t.cacheDtype == QWEN_DT_INT8;
     const uint32_t esIn = DtypeSize(t.kvDtype);
     const uint32_t esC = DtypeSize(t.cacheDtype);
     const uint32_t D = t.headDim, H = t.numKvHeads, Bs = t.blockSize, P = t.pitch;

@@ -261,13 +261,13 @@ CUBE(mmad_unitflag) {
 }
 
 // ---------------------------------------------------------------- Fixpipe
-CUBE(fixpipe_quant_mismatch) {  // float -> half needs F322F16
+CUBE(fixpipe_quant_mismatch) {  // float -> half needs QuantMode_t::F322F16
   TPipe pipe;
   Tiles t;
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(Gm<half>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<half>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_bad_pair) {  // float L0C to int8 GM is a requantisation the stand-in does not model
@@ -276,7 +276,7 @@ CUBE(fixpipe_bad_pair) {  // float L0C to int8 GM is a requantisation the stand-
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(Gm<int8_t>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QF322B8_PRE, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<int8_t>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::QF322B8_PRE, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_nz_out) {  // only NZ -> ND is modelled
@@ -286,7 +286,7 @@ CUBE(fixpipe_nz_out) {  // only NZ -> ND is modelled
   t.Load(in);
   t.Multiply();
   Fixpipe<float, float, CFG_NZ>(Gm<float>(out), t.c.Get<float>(),
-                                FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+                                FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_ndnum) {
@@ -295,7 +295,7 @@ CUBE(fixpipe_ndnum) {
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(16, 32, 32, 32, false, NoQuant, 0, 2, 1, 16, 0));
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(16, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 2, 1, 16, 0));
 }
 
 CUBE(fixpipe_src_stride) {
@@ -304,7 +304,7 @@ CUBE(fixpipe_src_stride) {
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 20, 20, 32, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 20, 20, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_dst_stride) {
@@ -313,7 +313,7 @@ CUBE(fixpipe_dst_stride) {
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 0, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 0, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_to_local) {  // no L0C -> UB (or L1) path on A2/A3
@@ -322,14 +322,14 @@ CUBE(fixpipe_to_local) {  // no L0C -> UB (or L1) path on A2/A3
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(t.a1.Get<float>(), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(t.a1.Get<float>(), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_unwritten) {
   TPipe pipe;
   Tiles t;
   t.Init(pipe);
-  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_unitflag_mismatch) {  // Mmad ran with unitFlag 3, Fixpipe without
@@ -338,7 +338,7 @@ CUBE(fixpipe_unitflag_mismatch) {  // Mmad ran with unitFlag 3, Fixpipe without
   t.Init(pipe);
   t.Load(in);
   t.Multiply(3);
-  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 CUBE(fixpipe_unitflag_not_final) {  // the last Mmad said more accumulation is coming
@@ -347,7 +347,7 @@ CUBE(fixpipe_unitflag_not_final) {  // the last Mmad said more accumulation is c
   t.Init(pipe);
   t.Load(in);
   t.Multiply(2);
-  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 3));
+  Fixpipe(Gm<float>(out), t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 3));
 }
 
 CUBE(fixpipe_gm_overrun) {  // 32 rows of 32 floats do not fit the 16 KB 'out' at offset 3600
@@ -356,7 +356,7 @@ CUBE(fixpipe_gm_overrun) {  // 32 rows of 32 floats do not fit the 16 KB 'out' a
   t.Init(pipe);
   t.Load(in);
   t.Multiply();
-  Fixpipe(Gm<float>(out)[3600], t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+  Fixpipe(Gm<float>(out)[3600], t.c.Get<float>(), FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
 }
 
 // ---------------------------------------------------------------- mixed kernels
@@ -571,15 +571,15 @@ extern "C" __global__ __aicore__ void cube_matmul(GM_ADDR a, GM_ADDR b, GM_ADDR 
   const int32_t variant = g.GetValue(0);
   const uint32_t m = g.GetValue(1), n = g.GetValue(2), k = g.GetValue(3);
   switch (variant) {
-    case 0: Matmul<half, float, float>(a, b, c, m, n, k, NoQuant, false, false); break;
-    case 1: Matmul<bfloat16_t, float, bfloat16_t>(a, b, c, m, n, k, F322BF16, false, false); break;
-    case 2: Matmul<half, float, half>(a, b, c, m, n, k, F322F16, true, false); break;
-    case 3: Matmul<float, float, float>(a, b, c, m, n, k, NoQuant, false, false); break;
-    case 4: Matmul<int8_t, int32_t, int32_t>(a, b, c, m, n, k, NoQuant, false, false); break;
-    case 5: Matmul<half, float, float>(a, b, c, m, n, k, NoQuant, false, true); break;
-    case 6: Matmul<bfloat16_t, float, float>(a, b, c, m, n, k, NoQuant, true, false); break;
-    case 7: Matmul<int8_t, int32_t, int32_t>(a, b, c, m, n, k, NoQuant, true, false); break;
-    case 8: Matmul<float, float, float>(a, b, c, m, n, k, NoQuant, true, false); break;
+    case 0: Matmul<half, float, float>(a, b, c, m, n, k, QuantMode_t::NoQuant, false, false); break;
+    case 1: Matmul<bfloat16_t, float, bfloat16_t>(a, b, c, m, n, k, QuantMode_t::F322BF16, false, false); break;
+    case 2: Matmul<half, float, half>(a, b, c, m, n, k, QuantMode_t::F322F16, true, false); break;
+    case 3: Matmul<float, float, float>(a, b, c, m, n, k, QuantMode_t::NoQuant, false, false); break;
+    case 4: Matmul<int8_t, int32_t, int32_t>(a, b, c, m, n, k, QuantMode_t::NoQuant, false, false); break;
+    case 5: Matmul<half, float, float>(a, b, c, m, n, k, QuantMode_t::NoQuant, false, true); break;
+    case 6: Matmul<bfloat16_t, float, float>(a, b, c, m, n, k, QuantMode_t::NoQuant, true, false); break;
+    case 7: Matmul<int8_t, int32_t, int32_t>(a, b, c, m, n, k, QuantMode_t::NoQuant, true, false); break;
+    case 8: Matmul<float, float, float>(a, b, c, m, n, k, QuantMode_t::NoQuant, true, false); break;
     default: break;
   }
 }
@@ -620,7 +620,7 @@ extern "C" __global__ __aicore__ void mix_handoff(GM_ADDR a, GM_ADDR bt, GM_ADDR
         LoadData(a2.Get<half>()[mi * 4 * 256], a1.Get<half>(), LoadData2DParams(mi, 4, 2, 0, 0, false, 0));
       Mmad(co1.Get<float>(), a2.Get<half>(), b2.Get<half>(), MmadParams(32, 32, 64, 0, false, true));
       Fixpipe(gws[(grp * 2 + local % 2) * 1024], co1.Get<float>(),
-              FixpipeParamsV220(32, 32, 32, 32, false, NoQuant, 0, 1, 0, 0, 0));
+              FixpipeParamsV220(32, 32, 32, 32, false, QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
       CrossCoreSetFlag<2, PIPE_FIX>(0);
     }
   } else {

@@ -11,8 +11,18 @@
 
 namespace qwen_ascendc {
 
-// Dtype codes carried in tilings (the kernels switch on them).
-enum DType : uint32_t { DT_FLOAT = 0, DT_HALF = 1, DT_BF16 = 2, DT_INT8 = 3, DT_INT32 = 4, DT_INT64 = 5, DT_BOOL = 6 };
+// Dtype codes carried in tilings (the kernels switch on them). Prefixed:
+// CANN's kernel_type.h defines DT_FLOAT, DT_INT8, ... as macros with other
+// values (DT_INT8 is 2 there), which would silently replace unprefixed names.
+enum QwenDtype : uint32_t {
+  QWEN_DT_FLOAT = 0,
+  QWEN_DT_HALF = 1,
+  QWEN_DT_BF16 = 2,
+  QWEN_DT_INT8 = 3,
+  QWEN_DT_INT32 = 4,
+  QWEN_DT_INT64 = 5,
+  QWEN_DT_BOOL = 6
+};
 
 // Unified buffer the host tiling may plan for (184 KB usable of 192 KB on 910B).
 constexpr uint32_t kUbUsableBytes = 184u * 1024u;

@@ -3,7 +3,7 @@
 #ifndef QWEN_ASCENDC_KERNEL_CONV_H
 #define QWEN_ASCENDC_KERNEL_CONV_H
 
-#include "kernel_common.h"
+#include "qwen_kernel_common.h"
 
 namespace qwen_ascendc {
 

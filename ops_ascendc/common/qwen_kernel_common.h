@@ -4,7 +4,7 @@
 #define QWEN_ASCENDC_KERNEL_COMMON_H
 
 #include "kernel_operator.h"
-#include "tiling_common.h"
+#include "qwen_tiling_common.h"
 
 namespace qwen_ascendc {
 
@@ -20,9 +20,9 @@ __aicore__ inline void CopyTiling(Tiling* tiling, GM_ADDR tilingGm) {
 
 __aicore__ inline uint32_t DtypeSize(uint32_t dt) {
   switch (dt) {
-    case DT_FLOAT: case DT_INT32: return 4;
-    case DT_HALF: case DT_BF16: return 2;
-    case DT_INT64: return 8;
+    case QWEN_DT_FLOAT: case QWEN_DT_INT32: return 4;
+    case QWEN_DT_HALF: case QWEN_DT_BF16: return 2;
+    case QWEN_DT_INT64: return 8;
     default: return 1;
   }
 }
@@ -63,7 +63,7 @@ __aicore__ inline void Mte2ToV() {
 
 // Read one index of an int32 or int64 GM array.
 __aicore__ inline int64_t ReadIndex(GM_ADDR base, uint32_t dtype, uint64_t i) {
-  if (dtype == DT_INT64) {
+  if (dtype == QWEN_DT_INT64) {
     GlobalTensor<int64_t> g;
     g.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(base));
     return g.GetValue(i);
@@ -75,12 +75,12 @@ __aicore__ inline int64_t ReadIndex(GM_ADDR base, uint32_t dtype, uint64_t i) {
 
 // Read one float16/bfloat16/float32 scalar from GM as float.
 __aicore__ inline float ReadScalar(GM_ADDR base, uint32_t dtype, uint64_t i) {
-  if (dtype == DT_HALF) {
+  if (dtype == QWEN_DT_HALF) {
     GlobalTensor<half> g;
     g.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(base));
     return static_cast<float>(g.GetValue(i));
   }
-  if (dtype == DT_BF16) {
+  if (dtype == QWEN_DT_BF16) {
     GlobalTensor<bfloat16_t> g;
     g.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(base));
     return static_cast<float>(g.GetValue(i));
@@ -95,16 +95,16 @@ __aicore__ inline float ReadScalar(GM_ADDR base, uint32_t dtype, uint64_t i) {
 __aicore__ inline void ToFloat(const LocalTensor<float>& dst, const LocalTensor<uint8_t>& raw, uint32_t dtype,
                                const LocalTensor<half>& halfTmp, uint32_t count) {
   switch (dtype) {
-    case DT_FLOAT:
+    case QWEN_DT_FLOAT:
       Muls(dst, raw.ReinterpretCast<float>(), 1.0f, static_cast<int32_t>(count));
       break;
-    case DT_HALF:
+    case QWEN_DT_HALF:
       Cast(dst, raw.ReinterpretCast<half>(), RoundMode::CAST_NONE, count);
       break;
-    case DT_BF16:
+    case QWEN_DT_BF16:
       Cast(dst, raw.ReinterpretCast<bfloat16_t>(), RoundMode::CAST_NONE, count);
       break;
-    default:  // DT_INT8
+    default:  // QWEN_DT_INT8
       Cast(halfTmp, raw.ReinterpretCast<int8_t>(), RoundMode::CAST_NONE, count);
       Cast(dst, halfTmp, RoundMode::CAST_NONE, count);
       break;
@@ -115,13 +115,13 @@ __aicore__ inline void ToFloat(const LocalTensor<float>& dst, const LocalTensor<
 __aicore__ inline void FromFloat(const LocalTensor<uint8_t>& raw, const LocalTensor<float>& src, uint32_t dtype,
                                  uint32_t count) {
   switch (dtype) {
-    case DT_FLOAT:
+    case QWEN_DT_FLOAT:
       Muls(raw.ReinterpretCast<float>(), src, 1.0f, static_cast<int32_t>(count));
       break;
-    case DT_HALF:
+    case QWEN_DT_HALF:
       Cast(raw.ReinterpretCast<half>(), src, RoundMode::CAST_RINT, count);
       break;
-    default:  // DT_BF16
+    default:  // QWEN_DT_BF16
       Cast(raw.ReinterpretCast<bfloat16_t>(), src, RoundMode::CAST_RINT, count);
       break;
   }
