@@ -56,9 +56,9 @@ def make_0p8b_checkpoint(path: str, seed: int = 0) -> str:
     """Write a random Qwen3.5-0.8B-shaped text checkpoint (bf16 on disk, ~1.6 GB) to ``path``."""
     from safetensors.torch import save_file
 
-    from qwen_ops.model.config import Qwen35Config
-    from qwen_ops.model.default_model import CONFIG_FILE, _random_weights
-    from qwen_ops.model.weights import SINGLE_FILE
+    from qwen_ops.model.loading.config import Qwen35Config
+    from qwen_ops.model.loading.default_model import CONFIG_FILE, _random_weights
+    from qwen_ops.model.loading.weights import SINGLE_FILE
 
     with open(CONFIG_FILE, encoding="utf-8") as f:
         raw = {**json.load(f), **QWEN3_5_0P8B}
@@ -217,8 +217,8 @@ def single_request(llm, hf, prompts, new_tokens, repeats, ab_small_m_linear, ban
 
     -> whether every engine run gave transformers' greedy tokens.
     """
-    from qwen_ops.model.gdn import fused_gdn_decode_enabled, set_fused_gdn_decode
-    from qwen_ops.model.layers import set_small_m_linear
+    from qwen_ops.model.network.gdn import fused_gdn_decode_enabled, set_fused_gdn_decode
+    from qwen_ops.model.network.layers import set_small_m_linear
 
     gdn_decode_default = fused_gdn_decode_enabled()
 
@@ -339,7 +339,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from qwen_ops import LLM
-    from qwen_ops.model.default_model import default_model_dir
+    from qwen_ops.model.loading.default_model import default_model_dir
     from transformers import AutoModelForCausalLM
 
     a, b, c = (SMOKE["a"], SMOKE["b"], SMOKE["c"]) if args.smoke else (dict(WORKLOAD_A), WORKLOAD_B, dict(SWEEP))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model import gdn
+from qwen_ops.model.network import gdn
 from qwen_ops.ops.gdn.decode_step_op import gdn_decode_step_available
 
 try:

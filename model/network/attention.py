@@ -5,11 +5,11 @@ from typing import Callable
 
 import torch
 
-from .. import ops
+from ... import ops
+from ..loading.config import Qwen35Config
 from .backends import backend_chooser
-from .config import Qwen35Config
-from .step_inputs import StepInputs
 from .layers import apply_rope, linear, rms_norm_scaled, zero_centred_scale
+from .step_inputs import StepInputs
 
 # Called with (layer index, key [T, Hkv, D], value [T, Hkv, D]) on the step's new K/V (INT8 calibration).
 KVObserver = Callable[[int, torch.Tensor, torch.Tensor], None]

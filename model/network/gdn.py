@@ -21,14 +21,15 @@ import os
 
 import torch
 
-from .. import ops
-from ..ops._backend import resolved_backend
-from ..ops.gdn.decode_step_op import gdn_decode_step, gdn_decode_step_available
+from ... import ops
+from ...ops._backend import resolved_backend
+from ...ops.gdn.decode_step_op import gdn_decode_step, gdn_decode_step_available
+from ...ops.gdn.reference_gating import gated_rms_norm
+from ..loading.config import Qwen35Config
 from .backends import backend_chooser
-from .config import Qwen35Config
-from .kv_cache import gdn_layer_groups
+from .kv_cache_groups import gdn_layer_groups
+from .layers import linear
 from .step_inputs import StepInputs
-from .layers import gated_rms_norm, linear
 
 
 # QWEN_OPS_FUSED_GDN_DECODE=0 composes the decode rows from the ops one by one (to compare, or to test them).

@@ -29,17 +29,18 @@ from typing import Sequence
 
 import torch
 
-from ..scheduling import Request, Scheduler, SchedulerConfig, default_batch_limits
-from .backends import describe as describe_backends
-from .config import Qwen35Config
-from .device_memory import default_device, default_kv_cache_gib, device_memory
-from .kv_cache import fit_max_model_len, num_gdn_groups, plan_memory, pool_block_size
-from .kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
-from .model_runner import ModelRunner
+from ...scheduling import Request, Scheduler, SchedulerConfig, default_batch_limits
+from ..loading.config import Qwen35Config
+from ..loading.kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
+from ..loading.weights import load_weights
+from ..network.backends import describe as describe_backends
+from ..network.kv_cache_groups import num_gdn_groups
+from ..network.qwen3_5 import Qwen35ForCausalLM
+from ..sample.sampling import SamplingParams
+from ..worker.device_memory import default_device, default_kv_cache_gib, device_memory
+from ..worker.kv_cache import fit_max_model_len, plan_memory, pool_block_size
+from ..worker.model_runner import ModelRunner
 from .outputs import CompletionOutput, RequestOutput, StepStats
-from .qwen3_5 import Qwen35ForCausalLM
-from .sampling import SamplingParams
-from .weights import load_weights
 
 logger = logging.getLogger("qwen_ops.engine")
 
@@ -88,7 +89,7 @@ class LLMEngine:
     Args:
         model: a directory with config.json and safetensors weights (a text-only
             ``qwen3_5_text`` or multimodal ``qwen3_5`` checkpoint); None: the
-            built-in tiny random model (see ``qwen_ops.model.default_model``).
+            built-in tiny random model (see ``qwen_ops.model.loading.default_model``).
         dtype: "float32", "float16" or "bfloat16" (weights and activations).
         kv_cache_dtype: "auto" (the model dtype) or "int8" (per-channel scales
             from the checkpoint's msModelSlim ``kv_cache_scale`` tensors, else
@@ -162,7 +163,7 @@ class LLMEngine:
             raise ValueError(f"LLM(max_num_batched_tokens={max_num_batched_tokens}) must be >= "
                              f"max_num_seqs={max_num_seqs}: every running request may decode in one step")
         if model is None:
-            from .default_model import default_model_dir
+            from ..loading.default_model import default_model_dir
 
             model = default_model_dir()
         self.model_dir = os.fspath(model)
@@ -254,8 +255,8 @@ class LLMEngine:
 
     def _speculation(self, value, max_num_batched_tokens: int, backend):
         """Check ``speculative_config`` and, when on, load the MTP drafter into the model runner."""
-        from .mtp import Qwen35MTP, count_mtp_layers
-        from .speculative_config import parse_speculative_config
+        from ..network.mtp import Qwen35MTP, count_mtp_layers
+        from ..spec_decode.speculative_config import parse_speculative_config
 
         if value is None:
             return None
@@ -298,7 +299,7 @@ class LLMEngine:
     def tokenizer(self):
         """The text tokenizer (loaded on first use: token-id prompts never need it)."""
         if self._tokenizer is None:
-            from .tokenizer import TextTokenizer
+            from ..loading.tokenizer import TextTokenizer
 
             self._tokenizer = TextTokenizer.for_model(self.model_dir)
         return self._tokenizer
@@ -339,7 +340,7 @@ class LLMEngine:
             token_lists = token_lists or self._calibration_token_lists(calibration_prompts)
             mtp_scales, total = calibrate_kv_scales(
                 self.config, token_lists,
-                lambda ids, observe: spec.observe_calibration_kv(self.model_runner, ids, observe, block_size),
+                lambda ids, observe: self.model_runner.observe_mtp_calibration_kv(ids, observe, block_size),
                 layers=spec.mtp.layer_ids)
             scales = {**scales, **mtp_scales}
             source += f"; MTP layer(s) calibrated from absmax over {total} tokens"
@@ -514,11 +515,3 @@ class LLMEngine:
         return RequestOutput(request_id, t.prompt, t.prompt_token_ids, [completion], t.finish_reason is not None,
                              metrics, num_cached_tokens=t.num_cached_tokens or 0)
 
-
-def __getattr__(name):
-    # ``qwen_ops.model.engine.LLM`` as before the split (llm.py imports this module, hence the lazy import).
-    if name == "LLM":
-        from .llm import LLM
-
-        return LLM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

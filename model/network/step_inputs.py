@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from ..ops import prepare_chunk_indices
-from ..scheduling import StepMetadata
+from ...ops import prepare_chunk_indices
+from ...scheduling import StepMetadata
 
 # (CPU query_start_loc, num_decodes) -> the attention ops' prefill_units on the CPU, or None (not needed).
 UnitsBuilder = Callable[[torch.Tensor, int], "torch.Tensor | None"]
