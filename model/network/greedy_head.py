@@ -13,7 +13,9 @@ from .layers import linear
 # Float32 logits of one vocabulary slice in linear_greedy_argmax (QWEN_OPS_HEAD_SLICE_BYTES; 0: the whole
 # vocabulary in one pass). Slices of about the L2 cache (1 MB) keep the logits in cache for the argmax, but
 # on the project's 2-core machine, with F.linear serving the lm_head at 32 rows, they were slower than one
-# pass (bench/RESULTS.md, section "Decode step outside the projections"), so the default is one pass.
+# pass (bench/RESULTS.md, section "Decode step outside the projections"), so the default is one pass. The
+# slices stay as an option (tested for exactness in tests/model/test_greedy_argmax.py) because they were
+# measured only there: the lm_head's logits at a large batch on another device may not fit its cache.
 HEAD_SLICE_BYTES = int(os.environ.get("QWEN_OPS_HEAD_SLICE_BYTES", "0"))
 
 
