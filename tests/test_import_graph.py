@@ -222,3 +222,19 @@ def test_a_request_walks_down_from_llm_generate_to_a_sampled_token():
             assert not back, f"{later} reaches back to {sorted(back)}"
     assert not {m for m in _reaches("qwen_ops.scheduling") if m.startswith("qwen_ops.model")}, \
         "the scheduler reaches into the model"
+
+
+def test_old_module_paths_import_the_new_modules():
+    import importlib
+
+    import qwen_ops
+    from qwen_ops import model
+
+    for old, new in model.OLD_PATHS.items():
+        module = importlib.import_module(f"qwen_ops.model.{old}")
+        assert module is importlib.import_module(f"qwen_ops.model.{new}"), old
+        assert module.__spec__.name == f"qwen_ops.model.{new}", old  # its own spec, not the alias's
+    from qwen_ops.model.engine import LLM, LLMEngine  # the engine package stands where engine.py stood
+    from qwen_ops.model.engine.llm_engine import LLMEngine as engine_class
+
+    assert LLM is qwen_ops.LLM and LLMEngine is engine_class
