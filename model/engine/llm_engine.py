@@ -1,11 +1,11 @@
 """The engine: requests in, ``step()`` out, as vLLM's ``LLMEngine``; ``LLM`` (``llm.py``) sits on top.
 
 Each ``step()`` is schedule -> execute -> update: the scheduler decides what
-every request advances, the model runner (``model_runner.py``) runs that step
+every request advances, the model runner (``worker/model_runner.py``) runs that step
 and samples, the scheduler applies the sampled tokens, and the engine returns
 the ``RequestOutput`` of every request that got tokens or finished in the step.
 The engine holds each request's record from ``add_request`` to its end; the
-outputs are in ``outputs.py``, INT8 KV-scale calibration in ``kv_scales.py``.
+outputs are in ``outputs.py``, INT8 KV-scale calibration in ``loading/kv_scales.py``.
 Its arguments are checked and resolved, and the memory planned, by
 ``EngineConfig`` (``engine_config.py``) before anything is built.
 
@@ -72,7 +72,7 @@ def _derived_seed(seed: int, request_id: str) -> int:
 
 class LLMEngine:
     """The engine of a Qwen3.5 checkpoint: continuous batching and one page pool for the KV
-    cache and the GDN states (vLLM's hybrid layout, ``gdn_pages.py``).
+    cache and the GDN states (vLLM's hybrid layout, ``worker/gdn_pages.py``).
 
     Args:
         model: a directory with config.json and safetensors weights (a text-only
@@ -95,7 +95,7 @@ class LLMEngine:
             that rule).
         enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
             boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
-            ``gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
+            ``worker/gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
             generative hybrid models, with speculative decoding too (then a hit stops one block short,
             vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
             ``RequestOutput.num_cached_tokens`` is each request's hit.
@@ -116,7 +116,7 @@ class LLMEngine:
         calibration_prompts: prompts (text or token ids) for INT8 calibration.
         speculative_config: None, or ``{"method": "mtp", "num_speculative_tokens": k}`` (vLLM's
             spelling): the checkpoint's MTP head drafts k tokens a step and one target forward verifies
-            them (``spec_decode.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
+            them (``spec_decode/drafter.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
             ``draft_sample_method``), logprobs, any prompt length, either KV cache dtype (an int8 one
             calibrates the MTP layers' scales), with or without prefix caching. Statistics in
             ``RequestOutput.metrics`` (``spec_*``).

@@ -11,7 +11,7 @@ On the CPU in float32 with the torch backend, the decode rows instead run as one
 gates, delta rule and output norm in one C++ pass, the same arithmetic); the
 prefill rows of a mixed step still take the chunked path.
 
-With the states in the pool's pages (the engine's layout, ``gdn_pages.py``) a
+With the states in the pool's pages (the engine's layout, ``worker/gdn_pages.py``) a
 layer reads its group's rows, ``batch.gdn_state_indices[group]``; batches
 without them (scratch runs, tests) use ``batch.state_indices``.
 """

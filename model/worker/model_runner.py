@@ -189,7 +189,7 @@ class ModelRunner:
 
     def _verify_and_draft(self, out, prepared, inputs, hidden, result: ModelRunnerOutput) -> ModelRunnerOutput:
         """Speculative decoding: rejection-sample the drafts, roll the batch's cursors back over the rejected
-        ones, and draft the next k tokens of every request that sampled (``spec_decode.py``)."""
+        ones, and draft the next k tokens of every request that sampled (``spec_decode/drafter.py``)."""
         if not prepared.sampling_req_ids:
             # Prefill chunks that do not sample yet: the MTP head still runs over them, so that its KV cache
             # holds their positions when it drafts later (vLLM's drafter runs on every step too).
