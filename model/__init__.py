@@ -51,5 +51,11 @@ class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # old path's: give it back its own (its relative imports and importlib.reload read it).
         module.__spec__ = module.__spec__.loader_state
 
+    def get_code(self, fullname):
+        # ``python -m qwen_ops.model.generate`` (runpy asks the loader for code): run the new module as __main__.
+        new = f"{__name__}.{OLD_PATHS[fullname.rpartition('.')[2]]}"
+        return compile(f"import runpy\nrunpy.run_module({new!r}, run_name='__main__', alter_sys=True)\n",
+                       f"<{fullname}: {new}>", "exec")
+
 if not any(isinstance(finder, _OldPathFinder) for finder in sys.meta_path):
     sys.meta_path.append(_OldPathFinder())

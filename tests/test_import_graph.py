@@ -238,3 +238,12 @@ def test_old_module_paths_import_the_new_modules():
     from qwen_ops.model.engine.llm_engine import LLMEngine as engine_class
 
     assert LLM is qwen_ops.LLM and LLMEngine is engine_class
+
+
+def test_old_generate_path_runs_as_a_script():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "qwen_ops.model.generate", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: qwen-generate"), done.stdout + done.stderr
