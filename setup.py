@@ -98,7 +98,7 @@ setup(
     python_requires=">=3.10",
     packages=packages,
     package_dir=package_dir,
-    package_data={"qwen_ops.model": ["*.json"]},
+    package_data={"qwen_ops.model.loading": ["*.json"]},
     ext_modules=[CMakeExtension("qwen_ops._C")] if BUILD_EXT else [],
     cmdclass={"build_ext": CMakeBuild} if BUILD_EXT else {},
     install_requires=[
@@ -125,7 +125,7 @@ setup(
         "vllm": ["vllm==0.33.0", "transformers>=5.16.1,<5.21", "pytest"],
     },
     entry_points={
-        "console_scripts": ["qwen-generate=qwen_ops.model.generate:main"],
+        "console_scripts": ["qwen-generate=qwen_ops.model.engine.generate:main"],
         # Loaded by vLLM in every one of its processes (QWEN_OPS_VLLM_PLUGIN=0 turns it off).
         "vllm.general_plugins": ["qwen_ops = qwen_ops.vllm_plugin:register"],
     },

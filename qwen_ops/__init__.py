@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # The engine pulls in the model and tokenizer: load it only when asked for.
     if name in ("LLM", "SamplingParams", "RequestOutput"):
-        from .model import llm
+        from .model.engine import llm
 
         return getattr(llm, name)
     raise AttributeError(f"module 'qwen_ops' has no attribute {name!r}")

@@ -1,4 +1,11 @@
-"""Compact GDN state rows for engines that keep GDN states outside the block pool: one per running request."""
+"""Compact GDN state rows for engines that keep GDN states outside the block pool: one per running request.
+
+Not dead, though the engine's serving path reads its GDN states from the pool's pages
+(``SchedulerOutput.group_block_ids``, ``model/worker/gdn_pages.py``): ``SchedulerOutput.state_slots``
+becomes ``StepMetadata.state_indices``, which the model's runs on flat state pools read (the model
+runner's scoring and INT8 calibration passes, the model and scheduling tests), and which the persistent
+batch checks against its rows. vLLM has no such field; the scheduler's vLLM comparisons leave it out.
+"""
 
 
 class StateSlotPool:

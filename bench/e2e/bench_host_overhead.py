@@ -59,8 +59,8 @@ def make_llm(model, max_num_seqs: int):
 
 
 def phase_table(model, batch: int, context: int, steps: int) -> None:
-    import qwen_ops.model.model_runner as model_runner
-    import qwen_ops.model.step_inputs as step_inputs
+    import qwen_ops.model.worker.model_runner as model_runner
+    import qwen_ops.model.network.step_inputs as step_inputs
     import qwen_ops.scheduling.step_metadata as step_metadata
     from qwen_ops import SamplingParams
 
@@ -112,7 +112,7 @@ def phase_table(model, batch: int, context: int, steps: int) -> None:
 def sampler_rows_ab(rows_list: list[int], vocab: int, reps: int) -> None:
     """sample() of greedy rows on random float32 logits [rows, vocab], torch.argmax against greedy_argmax,
     interleaved call by call; the median of each and of the paired ratios."""
-    import qwen_ops.model.sampling as sampling
+    import qwen_ops.model.sample.sampling as sampling
     from qwen_ops import SamplingParams
 
     after = sampling.greedy_argmax
@@ -139,7 +139,7 @@ def sampler_rows_ab(rows_list: list[int], vocab: int, reps: int) -> None:
 
 
 def sampler_ab(model, rounds: int) -> None:
-    import qwen_ops.model.sampling as sampling
+    import qwen_ops.model.sample.sampling as sampling
     from bench_vs_transformers import WORKLOAD_A, engine_run, random_prompts
 
     after = sampling.greedy_argmax
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from qwen_ops.model.default_model import default_model_dir
+    from qwen_ops.model.loading.default_model import default_model_dir
 
     model = args.model or default_model_dir()
     load = os.getloadavg()

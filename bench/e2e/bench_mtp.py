@@ -36,11 +36,11 @@ def mtp_model_dir() -> str:
     """The default model plus one random MTP layer (``mtp_num_hidden_layers=1``), written once to the cache."""
     from safetensors.torch import load_file, save_file
 
-    from qwen_ops.model.config import Qwen35Config
-    from qwen_ops.model.default_model import VERSION, default_model_dir
-    from qwen_ops.model.mtp import mtp_expected_shapes
-    from qwen_ops.model.tokenizer import cache_dir
-    from qwen_ops.model.weights import SINGLE_FILE
+    from qwen_ops.model.loading.config import Qwen35Config
+    from qwen_ops.model.loading.default_model import VERSION, default_model_dir
+    from qwen_ops.model.network.mtp import mtp_expected_shapes
+    from qwen_ops.model.loading.tokenizer import cache_dir
+    from qwen_ops.model.loading.weights import SINGLE_FILE
 
     target = os.path.join(cache_dir(), f"default_qwen3_5_tiny_mtp_v{VERSION}")
     if os.path.isfile(os.path.join(target, SINGLE_FILE)):

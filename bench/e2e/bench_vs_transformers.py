@@ -11,8 +11,6 @@ Workloads (greedy, random token-id prompts, no EOS stop):
      alternating (A B A B ...: on a shared machine only such paired runs compare), medians printed;
      ``--ab-small-m-linear`` adds the engine with its CPU small-M projection kernel off
      (``model.layers.set_small_m_linear(False)``: F.linear) as a third engine in the same rotation;
-     ``--ab-fused-projections`` loads the model with stacked projections (``model/fused_projection.py``,
-     off by default) and adds the engine with them run one by one as a third engine;
      ``--ab-fused-gdn-decode`` adds the engine with its GDN decode rows composed op by op
      (``model.gdn.set_fused_gdn_decode(False)``) instead of one ``gdn_decode_step`` call per layer;
   c  a sweep over decoding batch sizes (1, 4, 16, 64, 256), 16-token prompts, writes a PNG of
@@ -58,9 +56,9 @@ def make_0p8b_checkpoint(path: str, seed: int = 0) -> str:
     """Write a random Qwen3.5-0.8B-shaped text checkpoint (bf16 on disk, ~1.6 GB) to ``path``."""
     from safetensors.torch import save_file
 
-    from qwen_ops.model.config import Qwen35Config
-    from qwen_ops.model.default_model import CONFIG_FILE, _random_weights
-    from qwen_ops.model.weights import SINGLE_FILE
+    from qwen_ops.model.loading.config import Qwen35Config
+    from qwen_ops.model.loading.default_model import CONFIG_FILE, _random_weights
+    from qwen_ops.model.loading.weights import SINGLE_FILE
 
     with open(CONFIG_FILE, encoding="utf-8") as f:
         raw = {**json.load(f), **QWEN3_5_0P8B}
@@ -81,8 +79,7 @@ def decode_step_bytes(llm, batch: int, context_len: int) -> dict[str, int]:
     """Bytes a decode step of ``batch`` requests at ``context_len`` tokens must read, by kind."""
     cfg, elem = llm.config, torch.empty((), dtype=llm.dtype).element_size()
     model = llm.llm_engine.model_runner.model
-    # Each storage counted once: tied embeddings, and the views the model keeps of its stacked projection
-    # weights (model/fused_projection.py).
+    # Each storage counted once: tied embeddings are one tensor.
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in _tensors(model)}
     # The embedding table is read one row per request; the lm_head (tied or not) is read whole.
     weights = sum(storages.values())
@@ -215,36 +212,30 @@ def compare_serving(name, llm, hf, prompts, new_tokens, batched_hf=True):
     return same, steps
 
 
-def single_request(llm, hf, prompts, new_tokens, repeats, ab_small_m_linear, bandwidth, ab_fused=False,
-                   ab_fused_gdn_decode=False):
+def single_request(llm, hf, prompts, new_tokens, repeats, ab_small_m_linear, bandwidth, ab_fused_gdn_decode=False):
     """Workload b: each engine ``repeats`` times after one warm-up, alternating; print medians, then the floor.
 
     -> whether every engine run gave transformers' greedy tokens.
     """
-    from qwen_ops.model.fused_projection import fused_projections_enabled, set_fused_projections
-    from qwen_ops.model.gdn import fused_gdn_decode_enabled, set_fused_gdn_decode
-    from qwen_ops.model.layers import set_small_m_linear
+    from qwen_ops.model.network.gdn import fused_gdn_decode_enabled, set_fused_gdn_decode
+    from qwen_ops.model.network.layers import set_small_m_linear
 
-    loaded_fused = fused_projections_enabled()  # how the model was loaded (main turns it on for the A/B)
     gdn_decode_default = fused_gdn_decode_enabled()
 
-    def engine(small_m, fused=loaded_fused, gdn_decode=gdn_decode_default):
+    def engine(small_m, gdn_decode=gdn_decode_default):
         def run():
-            previous = set_small_m_linear(small_m), set_fused_projections(fused), set_fused_gdn_decode(gdn_decode)
+            previous = set_small_m_linear(small_m), set_fused_gdn_decode(gdn_decode)
             try:
                 return engine_run(llm, prompts, new_tokens)
             finally:
                 set_small_m_linear(previous[0])
-                set_fused_projections(previous[1])
-                set_fused_gdn_decode(previous[2])
+                set_fused_gdn_decode(previous[1])
         return run
 
     engines = {"transformers, one at a time": lambda: hf_one_at_a_time(hf, prompts, new_tokens),
                "qwen_ops LLM": engine(True)}
     if ab_small_m_linear:
         engines["qwen_ops LLM, F.linear"] = engine(False)
-    if ab_fused:
-        engines["qwen_ops LLM, projections one by one"] = engine(True, fused=False)
     if ab_fused_gdn_decode:
         engines["qwen_ops LLM, GDN decode op by op"] = engine(True, gdn_decode=False)
     for run in engines.values():
@@ -338,8 +329,6 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="workload b: runs per engine after a warm-up, alternating")
     p.add_argument("--ab-small-m-linear", action="store_true",
                    help="workload b: also run the engine with its CPU small-M projection kernel off (F.linear)")
-    p.add_argument("--ab-fused-projections", action="store_true",
-                   help="workload b: also run the engine with its stacked projections run one by one")
     p.add_argument("--ab-fused-gdn-decode", action="store_true",
                    help="workload b: also run the engine with its GDN decode rows composed op by op")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, a few seconds (CI); exits 1 if tokens differ")
@@ -350,7 +339,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from qwen_ops import LLM
-    from qwen_ops.model.default_model import default_model_dir
+    from qwen_ops.model.loading.default_model import default_model_dir
     from transformers import AutoModelForCausalLM
 
     a, b, c = (SMOKE["a"], SMOKE["b"], SMOKE["c"]) if args.smoke else (dict(WORKLOAD_A), WORKLOAD_B, dict(SWEEP))
@@ -361,10 +350,6 @@ def main(argv=None) -> int:
     if args.batch_sizes:
         c["batch_sizes"] = tuple(int(x) for x in args.batch_sizes.split(","))
     model_dir = args.model or default_model_dir()
-    if args.ab_fused_projections:
-        from qwen_ops.model.fused_projection import set_fused_projections
-
-        set_fused_projections(True)  # before loading: the weights are laid out for stacking at load
     max_seqs = max(max(c["batch_sizes"]), a["num_requests"])
     llm = LLM(model_dir, dtype=args.dtype, max_num_seqs=max_seqs,
               max_num_batched_tokens=max(2048, max_seqs), max_model_len=2048)
@@ -384,8 +369,7 @@ def main(argv=None) -> int:
         all_same &= same
     if "b" in args.workloads:
         all_same &= single_request(llm, hf, random_prompts(gen, vocab, [b["prompt_len"]]), b["new_tokens"],
-                                   args.repeats, args.ab_small_m_linear, bandwidth, args.ab_fused_projections,
-                                   args.ab_fused_gdn_decode)
+                                   args.repeats, args.ab_small_m_linear, bandwidth, args.ab_fused_gdn_decode)
     if "c" in args.workloads:
         all_same &= sweep(llm, hf, vocab, c, bandwidth, gen, None if args.smoke else args.plot)
     print(f"same greedy tokens, qwen_ops vs transformers one at a time: {'yes' if all_same else 'NO'}")

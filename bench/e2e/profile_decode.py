@@ -40,7 +40,8 @@ def _labelled(label, fn):
 @contextlib.contextmanager
 def labelled_model_parts():
     """Wrap the model's parts in ``record_function`` labels (``part:...``) for the breakdown; undone on exit."""
-    from qwen_ops.model import attention, dense_mlp, gdn, model_runner, qwen3_5
+    from qwen_ops.model.network import attention, dense_mlp, gdn, qwen3_5
+    from qwen_ops.model.worker import model_runner
 
     patches = [
         (attention.FullAttention, "forward", "part:attention layer"),

@@ -26,12 +26,12 @@ import time
 
 import torch
 
-from qwen_ops.model.config import Qwen35Config
-from qwen_ops.model.kv_cache import allocate_caches, expert_bytes_per_layer
-from qwen_ops.model.moe import SparseMoeBlock
-from qwen_ops.model.qwen3_5 import Qwen35ForCausalLM
-from qwen_ops.model.step_inputs import StepInputs
-from qwen_ops.model.weights import expected_shapes, stored_dtype
+from qwen_ops.model.loading.config import Qwen35Config
+from qwen_ops.model.worker.kv_cache import allocate_caches, expert_bytes_per_layer
+from qwen_ops.model.network.moe import SparseMoeBlock
+from qwen_ops.model.network.qwen3_5 import Qwen35ForCausalLM
+from qwen_ops.model.network.step_inputs import StepInputs
+from qwen_ops.model.loading.weights import expected_shapes, stored_dtype
 from qwen_ops.scheduling.step_metadata import AttentionState, StepMetadata
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}

@@ -2,7 +2,7 @@
 
 One token per sequence: the conv update with SiLU (``conv.reference``), the gates
 (``reference_gating``), the L2-normalised delta rule on the pool (``reference_recurrent``) and the
-GDN output norm (``model.layers.gated_rms_norm``), as ``model/gdn.py`` composes them op by op.
+GDN output norm (``reference_gating.gated_rms_norm``), as ``model/network/gdn.py`` composes them op by op.
 """
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import torch
 def gdn_decode_step(*, mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight,
                     state_indices, eps):
     """Arguments and result as ``decode_step_op.gdn_decode_step``; updates both pools in place."""
-    from ...model.layers import gated_rms_norm  # the model's norm is the definition
     from ..conv.reference import causal_conv1d_update
-    from .reference_gating import fused_gdn_gating
+    from .reference_gating import fused_gdn_gating, gated_rms_norm
     from .reference_recurrent import fused_recurrent_gated_delta_rule
 
     batch = mixed_qkv.shape[0]

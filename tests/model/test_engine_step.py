@@ -45,7 +45,7 @@ def test_engine_is_usable_without_llm_and_names_stay_importable(text_checkpoint)
 
 
 def test_cpu_budget_follows_available_memory(text_checkpoint, monkeypatch):
-    from qwen_ops.model import device_memory
+    from qwen_ops.model.worker import device_memory
 
     monkeypatch.setattr(device_memory, "cpu_available_gib", lambda: 3.0)
     llm = LLM(text_checkpoint, num_blocks=32, max_num_seqs=2)
@@ -73,7 +73,7 @@ def test_max_model_len_is_fitted_to_the_budget_when_not_given(text_checkpoint, c
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0])
 def test_checkpoint_kv_scales_are_checked_once_at_load(bad):
-    from qwen_ops.model.kv_scales import as_channel_scale
+    from qwen_ops.model.loading.kv_scales import as_channel_scale
 
     assert as_channel_scale(torch.tensor([0.5]), "s", (2, 4)).shape == (2, 4)
     with pytest.raises(ValueError, match="must be finite and > 0"):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.config import ConfigError, Qwen35Config
-from qwen_ops.model.weights import WeightsError
+from qwen_ops.model.loading.config import ConfigError, Qwen35Config
+from qwen_ops.model.loading.weights import WeightsError
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0, detokenize=False)
 

@@ -1,4 +1,4 @@
-"""The model's GDN decode rows through one ``gdn_decode_step`` call per layer (``model/gdn.py``).
+"""The model's GDN decode rows through one ``gdn_decode_step`` call per layer (``model/network/gdn.py``).
 
 The fused path must be what a CPU float32 step on the torch backend really takes (decode-only and mixed
 steps), give the op-by-op composition's tokens and logprobs, and stay off where another backend serves the ops.
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model import gdn
+from qwen_ops.model.network import gdn
 from qwen_ops.ops.gdn.decode_step_op import gdn_decode_step_available
 
 try:

@@ -4,7 +4,7 @@ import os
 import pytest
 from checkpoints import save_text_checkpoint
 
-from qwen_ops.model.generate import main
+from qwen_ops.model.engine.generate import main
 
 
 def byte_level_tokenizer(path):

@@ -6,8 +6,9 @@ on the same kinds of cases across its slices."""
 import pytest
 import torch
 
-from qwen_ops.model.greedy_argmax import BLOCK, MIN_VOCAB, greedy_argmax, head_slice_rows, linear_greedy_argmax
-from qwen_ops.model.layers import linear
+from qwen_ops.model.network.greedy_head import head_slice_rows, linear_greedy_argmax
+from qwen_ops.model.sample.greedy_argmax import BLOCK, MIN_VOCAB, greedy_argmax
+from qwen_ops.model.network.layers import linear
 
 
 def check(logits: torch.Tensor) -> None:

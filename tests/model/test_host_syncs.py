@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 import qwen_ops.ops as ops
 from checkpoints import TINY_TEXT, save_text_checkpoint
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.backends import backend_chooser
+from qwen_ops.model.network.backends import backend_chooser
 
 SYNC_EVENTS = ("aten::item", "aten::_local_scalar_dense")
 DECODE_STEPS = 2

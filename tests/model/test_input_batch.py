@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from batch_checks import assert_rows_match_scheduler, assert_step_matches_metadata
-from qwen_ops.model.input_batch import InputBatch
-from qwen_ops.model.sampling import SamplingParams
+from qwen_ops.model.worker.input_batch import InputBatch
+from qwen_ops.model.sample.sampling import SamplingParams
 from qwen_ops.scheduling import Request, Scheduler, SchedulerConfig
 
 BLOCK_SIZE = 4

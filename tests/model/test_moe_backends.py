@@ -5,7 +5,7 @@ import torch
 
 import qwen_ops.ops as ops
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.backends import backend_chooser, describe
+from qwen_ops.model.network.backends import backend_chooser, describe
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0, logprobs=2, detokenize=False)
 

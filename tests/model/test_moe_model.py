@@ -11,10 +11,10 @@ from test_errors import copy_checkpoint
 from test_generate_cli import byte_level_tokenizer
 
 from qwen_ops import LLM
-from qwen_ops.model.config import ConfigError, Qwen35Config
-from qwen_ops.model.kv_cache import expert_bytes_per_layer, weight_bytes
-from qwen_ops.model.moe import route
-from qwen_ops.model.weights import WeightsError, load_weights
+from qwen_ops.model.loading.config import ConfigError, Qwen35Config
+from qwen_ops.model.worker.kv_cache import expert_bytes_per_layer, weight_bytes
+from qwen_ops.model.network.moe import route
+from qwen_ops.model.loading.weights import WeightsError, load_weights
 
 MOE = {**TINY_MOE_TEXT, "model_type": "qwen3_5_moe_text"}
 
@@ -149,7 +149,7 @@ def test_dense_model_has_no_expert_bytes(text_checkpoint):
 
 
 def test_qwen_generate_runs_on_a_moe_checkpoint(moe_text_checkpoint, tmp_path, capsys):
-    from qwen_ops.model.generate import main
+    from qwen_ops.model.engine.generate import main
 
     model_dir = copy_checkpoint(moe_text_checkpoint, tmp_path)
     byte_level_tokenizer(model_dir)

@@ -1,10 +1,10 @@
 """speculative_config parsing and the speculative-decoding statistics."""
 import pytest
 
-from qwen_ops.model.config import Qwen35Config
-from qwen_ops.model.mtp import count_mtp_layers
-from qwen_ops.model.spec_decode_stats import SpecDecodingStats
-from qwen_ops.model.speculative_config import (SpeculativeConfig, parse_speculative_config,
+from qwen_ops.model.loading.config import Qwen35Config
+from qwen_ops.model.network.mtp import count_mtp_layers
+from qwen_ops.model.spec_decode.stats import SpecDecodingStats
+from qwen_ops.model.spec_decode.speculative_config import (SpeculativeConfig, parse_speculative_config,
                                                speculative_config_from_cli)
 
 

@@ -10,9 +10,9 @@ from safetensors.torch import load_file, save_file
 from step_batches import prompt_batch, request_batch
 from tolerances import MODEL_VS_TRANSFORMERS, tol
 
-from qwen_ops.model.kv_cache import ModelCaches, allocate_caches
-from qwen_ops.model.mtp import MTPWeightsError, Qwen35MTP, add_mtp_kv_caches, load_mtp_weights
-from qwen_ops.model.qwen3_5 import Qwen35ForCausalLM
+from qwen_ops.model.worker.kv_cache import ModelCaches, allocate_caches
+from qwen_ops.model.network.mtp import MTPWeightsError, Qwen35MTP, add_mtp_kv_caches, load_mtp_weights
+from qwen_ops.model.network.qwen3_5 import Qwen35ForCausalLM
 
 BLOCK_SIZE, NUM_BLOCKS = 4, 8
 
@@ -158,7 +158,7 @@ def _edit(path, tmp_path, change):
 
 
 def test_incomplete_or_misshaped_mtp_weights_are_named(text_mtp_checkpoint, tmp_path):
-    from qwen_ops.model.config import Qwen35Config
+    from qwen_ops.model.loading.config import Qwen35Config
 
     config = Qwen35Config.from_pretrained(text_mtp_checkpoint)
     partial = _edit(text_mtp_checkpoint, tmp_path, lambda t: t.pop("mtp.layers.0.self_attn.k_norm.weight"))
@@ -176,7 +176,7 @@ def test_incomplete_or_misshaped_mtp_weights_are_named(text_mtp_checkpoint, tmp_
 
 
 def test_mtp_kv_caches_refuse_a_taken_layer_id():
-    from qwen_ops.model.config import Qwen35Config
+    from qwen_ops.model.loading.config import Qwen35Config
 
     config = Qwen35Config.from_dict({"model_type": "qwen3_5_text", **TINY_TEXT, "mtp_num_hidden_layers": 1})
     caches = ModelCaches(block_size=4, num_blocks=3, num_state_slots=1)
@@ -191,7 +191,7 @@ def test_mtp_kv_caches_refuse_a_taken_layer_id():
 
 def test_mtp_weights_in_their_own_shard(text_mtp_checkpoint, tmp_path):
     """Published checkpoints are sharded (the head often in a shard of its own): read through the index."""
-    from qwen_ops.model.config import Qwen35Config
+    from qwen_ops.model.loading.config import Qwen35Config
 
     out = tmp_path / "sharded"
     out.mkdir()

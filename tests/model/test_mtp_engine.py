@@ -9,7 +9,7 @@ import torch
 
 import qwen_ops.ops as ops
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.generate import main
+from qwen_ops.model.engine.generate import main
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0, detokenize=False)
 ENGINE = dict(num_blocks=32, block_size=4, max_num_seqs=3, max_num_batched_tokens=8)  # chunked prefills
@@ -146,7 +146,7 @@ def test_cli_prints_speculation_statistics(text_mtp_checkpoint, capsys):
 
 
 def test_speculative_metadata_is_validated_on_the_host():
-    from qwen_ops.model.model_runner import one_request_output
+    from qwen_ops.model.worker.model_runner import one_request_output
     from qwen_ops.scheduling import build_step_metadata
 
     meta = build_step_metadata(one_request_output("r", [5, 6], [1], 4, num_computed_tokens=2, new=False))

@@ -4,7 +4,7 @@ exactly the caches the model runner allocates (and ``budget_summary`` reports th
 import pytest
 
 from qwen_ops import LLM
-from qwen_ops.model.kv_cache import (bytes_per_block, bytes_per_pool_block, fit_max_model_len, gdn_page_bytes,
+from qwen_ops.model.worker.kv_cache import (bytes_per_block, bytes_per_pool_block, fit_max_model_len, gdn_page_bytes,
                                      plan_memory)
 
 K = 2

@@ -8,10 +8,10 @@ from checkpoints import TINY_MOE_TEXT, save_moe_checkpoint_with_mtp
 from safetensors.torch import load_file, save_file
 
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.config import Qwen35Config
-from qwen_ops.model.moe import SparseMoeBlock
-from qwen_ops.model.mtp import Qwen35MTP, load_mtp_weights
-from qwen_ops.model.weights import WeightsError
+from qwen_ops.model.loading.config import Qwen35Config
+from qwen_ops.model.network.moe import SparseMoeBlock
+from qwen_ops.model.network.mtp import Qwen35MTP, load_mtp_weights
+from qwen_ops.model.loading.weights import WeightsError
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0, detokenize=False)
 ENGINE = dict(num_blocks=32, block_size=4, max_num_seqs=3, max_num_batched_tokens=8)  # chunked prefills

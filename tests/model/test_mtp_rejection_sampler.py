@@ -3,8 +3,8 @@ import pytest
 import torch
 from test_components import naive_filtered_distribution
 
-from qwen_ops.model.rejection_sampler import rejection_sample
-from qwen_ops.model.sampling import SamplingParams
+from qwen_ops.model.sample.rejection_sampler import rejection_sample
+from qwen_ops.model.sample.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0)
 

@@ -18,13 +18,13 @@ from step_batches import prompt_batch, request_batch
 
 import qwen_ops.ops as ops
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.gdn import GatedDeltaNet
-from qwen_ops.model.kv_cache import allocate_caches
-from qwen_ops.model.layers import gated_rms_norm
-from qwen_ops.model.mtp import Qwen35MTP, add_mtp_kv_caches
-from qwen_ops.model.qwen3_5 import Qwen35ForCausalLM
-from qwen_ops.model.rejection_sampler import rejection_sample
-from qwen_ops.model.spec_decode_stats import SpecDecodingStats
+from qwen_ops.model.network.gdn import GatedDeltaNet
+from qwen_ops.model.worker.kv_cache import allocate_caches
+from qwen_ops.ops.gdn.reference_gating import gated_rms_norm
+from qwen_ops.model.network.mtp import Qwen35MTP, add_mtp_kv_caches
+from qwen_ops.model.network.qwen3_5 import Qwen35ForCausalLM
+from qwen_ops.model.sample.rejection_sampler import rejection_sample
+from qwen_ops.model.spec_decode.stats import SpecDecodingStats
 
 BLOCK_SIZE, NUM_BLOCKS = 4, 16
 NEW = 14  # tokens generated and compared

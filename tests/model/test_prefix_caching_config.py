@@ -6,9 +6,9 @@ from test_generate_cli import byte_level_tokenizer
 
 from checkpoints import save_text_checkpoint
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.model.kv_cache import (allocate_caches, attention_bytes_per_token, bytes_per_pool_block,
+from qwen_ops.model.worker.kv_cache import (allocate_caches, attention_bytes_per_token, bytes_per_pool_block,
                                      gdn_page_bytes, plan_memory, pool_block_size)
-from qwen_ops.model.speculative_config import speculative_config_from_cli
+from qwen_ops.model.spec_decode.speculative_config import speculative_config_from_cli
 from qwen_ops.scheduling import hybrid_block_size
 
 GREEDY = SamplingParams(max_tokens=3, temperature=0, logprobs=1, detokenize=False)
@@ -99,7 +99,7 @@ def test_memory_plan_counts_exactly_the_pool(text_checkpoint):
 
 
 def test_qwen_generate_prints_the_hit_rate(tmp_path, capsys):
-    from qwen_ops.model.generate import main
+    from qwen_ops.model.engine.generate import main
 
     path = save_text_checkpoint(tmp_path / "m", seed=3)
     byte_level_tokenizer(path)
@@ -117,7 +117,7 @@ def test_qwen_generate_prints_the_hit_rate(tmp_path, capsys):
 
 
 def test_gdn_state_pages_outside_the_pool_are_refused_before_any_write(text_checkpoint):
-    from qwen_ops.model.model_runner import one_request_output
+    from qwen_ops.model.worker.model_runner import one_request_output
 
     llm = LLM(text_checkpoint, num_blocks=16, enable_prefix_caching=False)
     runner = llm.model_runner

@@ -8,7 +8,7 @@ where the tokens before exceed it).
 """
 import torch
 
-from qwen_ops.model.sampling import SamplingParams, _filter_top_k_top_p, sample
+from qwen_ops.model.sample.sampling import SamplingParams, _filter_top_k_top_p, sample
 
 
 def kept(logits, top_p):

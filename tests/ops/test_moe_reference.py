@@ -138,7 +138,7 @@ def test_fake_propagates_shape_and_checks(gen):
 
 
 def test_compiles_with_the_router_fullgraph(gen):
-    from qwen_ops.model.moe import route
+    from qwen_ops.model.network.moe import route
 
     call = draw(gen, 6, 16, 8, 4, 2)
     router = torch.randn(4, 16, generator=gen)

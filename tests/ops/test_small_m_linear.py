@@ -162,7 +162,7 @@ def test_fake_checks_shapes_and_gives_the_output_shape():
 
 
 def test_model_linear_is_traceable_by_torch_compile():
-    from qwen_ops.model.layers import linear
+    from qwen_ops.model.network.layers import linear
 
     x, w, b = _operands(2, 37, 33, bias=True)
     w2 = torch.randn(5, 37)
@@ -175,7 +175,7 @@ def test_model_linear_is_traceable_by_torch_compile():
 
 
 def test_model_linear_routes_small_float32_cpu_products_only(monkeypatch):
-    from qwen_ops.model import layers
+    from qwen_ops.model.network import layers
 
     calls = []
     real = torch.ops.qwen_ops.small_m_linear

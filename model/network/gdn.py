@@ -11,7 +11,7 @@ On the CPU in float32 with the torch backend, the decode rows instead run as one
 gates, delta rule and output norm in one C++ pass, the same arithmetic); the
 prefill rows of a mixed step still take the chunked path.
 
-With the states in the pool's pages (the engine's layout, ``gdn_pages.py``) a
+With the states in the pool's pages (the engine's layout, ``worker/gdn_pages.py``) a
 layer reads its group's rows, ``batch.gdn_state_indices[group]``; batches
 without them (scratch runs, tests) use ``batch.state_indices``.
 """
@@ -21,15 +21,15 @@ import os
 
 import torch
 
-from .. import ops
-from ..ops._backend import resolved_backend
-from ..ops.gdn.decode_step_op import gdn_decode_step, gdn_decode_step_available
+from ... import ops
+from ...ops._backend import resolved_backend
+from ...ops.gdn.decode_step_op import gdn_decode_step, gdn_decode_step_available
+from ...ops.gdn.reference_gating import gated_rms_norm
+from ..loading.config import Qwen35Config
 from .backends import backend_chooser
-from .config import Qwen35Config
-from .kv_cache import gdn_layer_groups
+from .kv_cache_groups import gdn_layer_groups
+from .layers import linear
 from .step_inputs import StepInputs
-from .fused_projection import FusedProjection
-from .layers import gated_rms_norm, linear
 
 
 # QWEN_OPS_FUSED_GDN_DECODE=0 composes the decode rows from the ops one by one (to compare, or to test them).
@@ -54,11 +54,7 @@ def fused_gdn_decode_enabled() -> bool:
 
 
 class GatedDeltaNet:
-    """in_proj_qkv -> causal conv + SiLU over [q | k | v] -> gated delta rule -> gated RMSNorm -> out_proj.
-
-    The four input projections (qkv, z, b, a) run as one ``FusedProjection``; ``qkv_w``, ``z_w``,
-    ``b_w``, ``a_w`` are views of its stacked weight.
-    """
+    """in_proj_qkv -> causal conv + SiLU over [q | k | v] -> gated delta rule -> gated RMSNorm -> out_proj."""
 
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
         p = f"layers.{layer}.linear_attn."
@@ -69,11 +65,12 @@ class GatedDeltaNet:
         self.dk, self.dv = config.linear_key_head_dim, config.linear_value_head_dim
         self.key_dim, self.value_dim = config.gdn_key_dim, config.gdn_value_dim
         self.eps = config.rms_norm_eps
-        # The order of weights.fused_groups, so that the stacked weight is a view of the loaded ones.
-        self.in_proj = FusedProjection([weights[p + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")])
-        self.qkv_w, self.z_w, self.b_w, self.a_w = self.in_proj.parts
+        self.qkv_w, self.z_w, self.b_w, self.a_w = (weights[f"{p}in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a"))
         self.conv_w = weights[p + "conv1d.weight"].squeeze(1).contiguous()  # [C, 1, K] -> [C, K]
-        self.conv_taps = self.conv_w.t().contiguous()  # [K, C], gdn_decode_step's layout, made once
+        # A second copy of the conv weight, [K, C]: the C++ gdn_decode_step kernel (bindings/cpu/
+        # gdn_decode_step_cpu.cpp) reads the taps in that layout, while the conv update ops read [C, K].
+        # It stays until that kernel reads [C, K] (a change of the kernel, not of this layer).
+        self.conv_taps = self.conv_w.t().contiguous()
         self.A_log, self.dt_bias = weights[p + "A_log"], weights[p + "dt_bias"]
         self.norm_w = weights[p + "norm.weight"]
         self.out_w = weights[p + "out_proj.weight"]
@@ -82,7 +79,7 @@ class GatedDeltaNet:
         """x: [T, hidden] -> [T, hidden]."""
         t = x.shape[0]
         conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
-        mixed, z, b, a = self.in_proj(x)  # column views of one [T, conv_dim + value_dim + 2 nv] output
+        mixed, z, b, a = (linear(x, w) for w in (self.qkv_w, self.z_w, self.b_w, self.a_w))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
         spec_rows = getattr(batch, "spec_state_indices", None)  # step batches of tests may lack it

@@ -10,15 +10,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..loading.config import Qwen35Config
+from ..loading.weights import load_weights
 from .attention import FullAttention, KVObserver
-from .config import Qwen35Config
 from .dense_mlp import DenseMLP
-from .greedy_argmax import linear_greedy_argmax
-from .step_inputs import StepInputs
 from .gdn import GatedDeltaNet
+from .greedy_head import linear_greedy_argmax
 from .layers import linear, rms_norm_scaled, rope_cos_sin, zero_centred_scale
 from .moe import RoutingObserver, SparseMoeBlock
-from .weights import load_weights
+from .step_inputs import StepInputs
 
 
 class Qwen35ForCausalLM:

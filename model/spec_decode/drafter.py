@@ -1,5 +1,9 @@
 """The model runner's side of MTP speculative decoding: state rows, verification and drafting for a mixed batch.
 
+The model runner (``worker/model_runner.py``) owns a ``SpeculativeDecoder`` and calls it each step; this
+module imports nothing of the worker (the INT8 calibration of the MTP layers, which needs the runner's
+scratch caches, is ``ModelRunner.observe_mtp_calibration_kv``).
+
 With k = ``num_speculative_tokens``, a request whose scheduler state slot is s
 owns GDN state rows s * (1 + k) .. s * (1 + k) + k of the pools (the caches
 hold (1 + k) times the scheduler's slots). Prefill chunks read and write row
@@ -20,10 +24,10 @@ from typing import Callable
 
 import torch
 
-from ..scheduling import SchedulerOutput, build_step_metadata
-from .mtp import Qwen35MTP
-from .rejection_sampler import rejection_sample
-from .spec_decode_stats import SpecDecodingStats
+from ...scheduling import SchedulerOutput, build_step_metadata
+from ..network.mtp import Qwen35MTP
+from ..sample.rejection_sampler import rejection_sample
+from .stats import SpecDecodingStats
 
 # (request_id, position) -> the request's known token at that position (prompt or output).
 TokenSource = Callable[[str, int], int]
@@ -48,31 +52,6 @@ class SpeculativeDecoder:
 
     def request_stats(self, request_id: str) -> SpecDecodingStats:
         return self.stats.setdefault(request_id, SpecDecodingStats(self.k))
-
-    @torch.inference_mode()
-    def observe_calibration_kv(self, runner, token_ids: list[int], observe, block_size: int) -> None:
-        """INT8 calibration of the MTP layers: run one prompt through the target and then through each MTP layer
-        on scratch caches of the model dtype, calling ``observe(layer_id, key, value)`` on the MTP layers' K/V.
-
-        The head sees what serving gives it: at position t the next token (the prompt's, then the target's
-        greedy one after the last position) and the target's final hidden state of t; layer i > 0 gets layer
-        i - 1's output, as draft i does. ``runner`` is the ``ModelRunner``; nothing of its serving state is used.
-        """
-        from .kv_cache import allocate_caches
-        from .mtp import add_mtp_kv_caches
-        from .model_runner import one_request_output
-
-        model, dtype = runner.model, runner.model.dtype
-        blocks = list(range(1, -(-len(token_ids) // block_size) + 1))
-        caches = allocate_caches(runner.config, num_blocks=len(blocks) + 1, block_size=block_size, num_state_slots=1,
-                                 dtype=dtype, kv_dtype=dtype, device=runner.device)
-        add_mtp_kv_caches(caches, runner.config, self.mtp.layer_ids, dtype, runner.device)
-        meta = build_step_metadata(one_request_output("calibration", list(token_ids), blocks, block_size))
-        hidden, inputs = runner._forward(meta, caches)
-        following = torch.cat([inputs.input_ids[1:], model.compute_logits(hidden[-1:]).argmax(-1)])
-        batch = dataclasses.replace(inputs, input_ids=following)
-        for step in range(self.mtp.num_layers):
-            hidden = self.mtp.forward(batch, hidden, caches, step=step, kv_observer=observe)
 
     def lay_out_state_rows(self, meta) -> None:
         """Map the scheduler's state slots to the pools' rows in ``meta`` (in place, on the CPU)."""

@@ -10,20 +10,23 @@ lifetimes or outputs: that is the engine's part.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from .. import ops
-from ..scheduling import SchedulerOutput, StepMetadata, build_step_metadata
-from .backends import backend_chooser
-from .config import Qwen35Config
+from ... import ops
+from ...scheduling import SchedulerOutput, StepMetadata, build_step_metadata
+from ..loading.config import Qwen35Config
+from ..network.backends import backend_chooser
+from ..network.kv_cache_groups import num_gdn_groups
+from ..network.mtp import add_mtp_kv_caches
+from ..network.qwen3_5 import Qwen35ForCausalLM
+from ..network.step_inputs import StepInputs
+from ..sample.sampling import SamplingParams, logprob_entry, sample
+from ..spec_decode.drafter import SpeculativeDecoder, strip_placeholder_drafts
 from .gdn_pages import GdnPageTables, GdnStepRows, copy_states
 from .input_batch import InputBatch
-from .kv_cache import MemoryPlan, ModelCaches, allocate_caches, num_gdn_groups
-from .qwen3_5 import Qwen35ForCausalLM
-from .sampling import SamplingParams, logprob_entry, sample
-from .step_inputs import StepInputs
+from .kv_cache import MemoryPlan, ModelCaches, allocate_caches
 
 WARM_UP_ID = "warm-up"
 
@@ -89,8 +92,6 @@ class ModelRunner:
 
     def enable_speculation(self, mtp, num_speculative_tokens: int) -> None:
         """Draft with ``mtp`` (a ``Qwen35MTP``) and verify k drafts a step; call before ``initialize_caches``."""
-        from .spec_decode import SpeculativeDecoder
-
         self.spec = SpeculativeDecoder(mtp, num_speculative_tokens)
 
     def initialize_caches(self, plan: MemoryPlan, *, block_size: int, max_model_len: int, kv_dtype: torch.dtype,
@@ -108,8 +109,6 @@ class ModelRunner:
             k = self.spec.k if self.spec is not None else 0
             self.gdn_pages = GdnPageTables(groups, block_size, enable_prefix_caching, k)
         if self.spec is not None:
-            from .mtp import add_mtp_kv_caches
-
             add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device, kv_scales)
         self.input_batch = InputBatch(plan.max_num_seqs, -(-max_model_len // block_size), block_size)
 
@@ -157,8 +156,6 @@ class ModelRunner:
         """Run one scheduled step: update the persistent batch, lay out, check, forward, sample."""
         out = scheduler_output
         if self.spec is not None:
-            from .spec_decode import strip_placeholder_drafts
-
             out = strip_placeholder_drafts(out)
         self.input_batch.update(out, self.sampling.__getitem__)
         for request_id in out.finished_req_ids:
@@ -192,7 +189,7 @@ class ModelRunner:
 
     def _verify_and_draft(self, out, prepared, inputs, hidden, result: ModelRunnerOutput) -> ModelRunnerOutput:
         """Speculative decoding: rejection-sample the drafts, roll the batch's cursors back over the rejected
-        ones, and draft the next k tokens of every request that sampled (``spec_decode.py``)."""
+        ones, and draft the next k tokens of every request that sampled (``spec_decode/drafter.py``)."""
         if not prepared.sampling_req_ids:
             # Prefill chunks that do not sample yet: the MTP head still runs over them, so that its KV cache
             # holds their positions when it drafts later (vLLM's drafter runs on every step too).
@@ -266,3 +263,24 @@ class ModelRunner:
         meta = build_step_metadata(one_request_output("score", list(token_ids), blocks, block_size))
         hidden, _ = self._forward(meta, caches, kv_observer)
         return self.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def observe_mtp_calibration_kv(self, token_ids: list[int], observe, block_size: int) -> None:
+        """INT8 calibration of the MTP layers: run one prompt through the target and then through each MTP layer
+        on scratch caches of the model dtype, calling ``observe(layer_id, key, value)`` on the MTP layers' K/V.
+
+        The head sees what serving gives it: at position t the next token (the prompt's, then the target's
+        greedy one after the last position) and the target's final hidden state of t; layer i > 0 gets layer
+        i - 1's output, as draft i does. Nothing of the serving state is used.
+        """
+        mtp, dtype = self.spec.mtp, self.model.dtype
+        blocks = list(range(1, -(-len(token_ids) // block_size) + 1))
+        caches = allocate_caches(self.config, num_blocks=len(blocks) + 1, block_size=block_size, num_state_slots=1,
+                                 dtype=dtype, kv_dtype=dtype, device=self.device)
+        add_mtp_kv_caches(caches, self.config, mtp.layer_ids, dtype, self.device)
+        meta = build_step_metadata(one_request_output("calibration", list(token_ids), blocks, block_size))
+        hidden, inputs = self._forward(meta, caches)
+        following = torch.cat([inputs.input_ids[1:], self.model.compute_logits(hidden[-1:]).argmax(-1)])
+        batch = replace(inputs, input_ids=following)
+        for step in range(mtp.num_layers):
+            hidden = mtp.forward(batch, hidden, caches, step=step, kv_observer=observe)

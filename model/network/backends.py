@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..ops._backend import BACKENDS, IMPLEMENTATIONS
+from ...ops._backend import BACKENDS, IMPLEMENTATIONS
 
 
 def backend_chooser(requested: str | None) -> Callable[[str], str | None]:

@@ -5,12 +5,11 @@ from typing import Callable
 
 import torch
 
-from .. import ops
+from ... import ops
+from ..loading.config import Qwen35Config
 from .backends import backend_chooser
-from .config import Qwen35Config
-from .fused_projection import FusedProjection
-from .step_inputs import StepInputs
 from .layers import apply_rope, linear, rms_norm_scaled, zero_centred_scale
+from .step_inputs import StepInputs
 
 # Called with (layer index, key [T, Hkv, D], value [T, Hkv, D]) on the step's new K/V (INT8 calibration).
 KVObserver = Callable[[int, torch.Tensor, torch.Tensor], None]
@@ -21,8 +20,7 @@ class FullAttention:
 
     ``out = o_proj(attention(q, k, v) * sigmoid(gate))``; the step's new K/V are
     written to the paged cache (``reshape_and_cache``) and attention runs as one
-    ``mixed_attention`` call over decode rows and prefill chunks. q, k and v run as one
-    ``FusedProjection``; ``q_w``, ``k_w``, ``v_w`` (and the biases) are views of its stacked weight.
+    ``mixed_attention`` call over decode rows and prefill chunks.
     """
 
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
@@ -34,11 +32,8 @@ class FullAttention:
         self.head_dim = config.head_dim
         self.eps = config.rms_norm_eps
         bias = config.attention_bias
-        # The order of weights.fused_groups, so that the stacked weight is a view of the loaded ones.
-        self.qkv = FusedProjection([weights[p + n + "_proj.weight"] for n in "qkv"],
-                                   [weights[p + n + "_proj.bias"] for n in "qkv"] if bias else None)
-        self.q_w, self.k_w, self.v_w = self.qkv.parts
-        self.q_b, self.k_b, self.v_b = self.qkv.part_biases
+        self.q_w, self.k_w, self.v_w = (weights[p + n + "_proj.weight"] for n in "qkv")
+        self.q_b, self.k_b, self.v_b = (weights[p + n + "_proj.bias"] if bias else None for n in "qkv")
         self.o_w = weights[p + "o_proj.weight"]
         self.o_b = weights[p + "o_proj.bias"] if bias else None
         self.q_norm_scale = zero_centred_scale(weights[p + "q_norm.weight"])  # 1 + w, made once
@@ -48,7 +43,8 @@ class FullAttention:
                 kv_observer: KVObserver | None = None) -> torch.Tensor:
         """x: [T, hidden]; cos, sin: [T, rotary_dim] float32 -> [T, hidden]."""
         t, d = x.shape[0], self.head_dim
-        q_and_gate, key, value = self.qkv(x)  # column views of one [T, (2 Hq + 2 Hkv) D] output
+        q_and_gate = linear(x, self.q_w, self.q_b)
+        key, value = linear(x, self.k_w, self.k_b), linear(x, self.v_w, self.v_b)
         q_and_gate = q_and_gate.view(t, self.num_heads, 2 * d)
         query, gate = q_and_gate[..., :d], q_and_gate[..., d:]
         key = key.view(t, self.num_kv_heads, d)

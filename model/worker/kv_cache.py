@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..scheduling import hybrid_block_size
-from .config import Qwen35Config
-from .weights import expected_shapes, stored_dtype
+from ...scheduling import hybrid_block_size
+from ..loading.config import Qwen35Config
+from ..loading.weights import expected_shapes, stored_dtype
+from ..network.kv_cache_groups import gdn_layer_groups
 
 # The scheduler keeps block 0 as the null block that pads block tables.
 NUM_RESERVED_BLOCKS = 1
@@ -93,21 +94,6 @@ def gdn_page_bytes(config: Qwen35Config, dtype: torch.dtype) -> int:
     recurrent state. This is the GDN page of vLLM's page-size rule (vLLM's default keeps the recurrent
     state in the model dtype; here it is float32, so the page is the bytes this model really keeps)."""
     return bytes_per_state_slot(config, dtype) // max(len(config.linear_attention_layers), 1)
-
-
-def gdn_layer_groups(config: Qwen35Config) -> dict[int, tuple[int, int]]:
-    """layer -> (GDN group, position in the group) of every GDN layer: the GDN layers in order, in groups of as
-    many layers as there are full-attention layers (vLLM's grouping of a hybrid model's KV cache; 3 groups for
-    Qwen3.5's 3:1 layout). All layers of one group read the same block ids; layers at the same position of
-    different groups share state pools."""
-    size = max(len(config.full_attention_layers), 1)
-    return {layer: (j // size, j % size) for j, layer in enumerate(config.linear_attention_layers)}
-
-
-def num_gdn_groups(config: Qwen35Config) -> int:
-    """How many GDN KV cache groups the model has (0 without GDN layers)."""
-    size = max(len(config.full_attention_layers), 1)
-    return -(-len(config.linear_attention_layers) // size)
 
 
 def _gdn_pool_sets(config: Qwen35Config) -> int:

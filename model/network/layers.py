@@ -10,7 +10,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from ..ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
+from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
 
 # QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
 SMALL_M_LINEAR_ENV = "QWEN_OPS_SMALL_M_LINEAR"
@@ -67,17 +67,6 @@ def rms_norm_scaled(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.T
     xf = x.float()
     normed = xf * xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
     return normed.mul_(scale).to(x.dtype)
-
-
-def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """The GDN output norm: ``w * rmsnorm(x) * silu(gate)`` with a plain (not zero-centred) weight.
-
-    x, gate: [..., D]; weight: [D]. The normalised x is cast to x's dtype before
-    the weight, and the gate is applied in float32, as transformers does.
-    """
-    xf = x.float()
-    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-    return ((weight * normed).float() * F.silu(gate.float())).to(x.dtype)
 
 
 def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:

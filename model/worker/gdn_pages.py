@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops import _validate as check
-from ..scheduling import SchedulerOutput, StepMetadata
-from ..scheduling.gdn_state_columns import GdnStateColumns
+from ...ops import _validate as check
+from ...scheduling import SchedulerOutput, StepMetadata
+from ...scheduling.gdn_state_columns import GdnStateColumns
 from .kv_cache import ModelCaches
 
 

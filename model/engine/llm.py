@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Sequence
 
-from .engine import LLMEngine
+from ..sample.sampling import SamplingParams
+from .llm_engine import LLMEngine
 from .outputs import RequestOutput, StreamOutput
-from .sampling import SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamOutput"]
 

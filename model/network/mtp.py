@@ -42,12 +42,12 @@ import re
 import torch
 import torch.nn.functional as F
 
+from ..loading.config import Qwen35Config
+from ..loading.weights import (WeightsError, _check_expert_pieces, _open, _per_expert_target, checkpoint_files,
+                               expected_shapes)
 from .attention import FullAttention
-from .config import Qwen35Config
 from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
 from .moe import SparseMoeBlock
-from .weights import (WeightsError, _check_expert_pieces, _open, _per_expert_target, checkpoint_files,
-                      expected_shapes)
 
 PREFIX = "mtp."
 _LAYER_NAME = re.compile(r"^mtp\.layers\.(\d+)\.")

@@ -5,8 +5,8 @@ import os
 
 import torch
 
-# KV memory used on a CPU when no budget is given: this share of the memory available at start (the
-# weights already loaded), since the host's RAM is shared with everything else running there.
+# KV memory used on a CPU when no budget is given: this share of the memory available when the engine's
+# config is resolved (before the weights load), since the host's RAM is shared with everything else there.
 CPU_KV_MEMORY_FRACTION = 0.1
 ACCELERATOR_MEMORY_UTILIZATION = 0.9
 

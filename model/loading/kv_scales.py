@@ -12,7 +12,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..ops import kv_scales_from_absmax
+from ...ops import kv_scales_from_absmax
 from .config import Qwen35Config
 
 CALIBRATION_TEXT = (

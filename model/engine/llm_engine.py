@@ -1,11 +1,13 @@
 """The engine: requests in, ``step()`` out, as vLLM's ``LLMEngine``; ``LLM`` (``llm.py``) sits on top.
 
 Each ``step()`` is schedule -> execute -> update: the scheduler decides what
-every request advances, the model runner (``model_runner.py``) runs that step
+every request advances, the model runner (``worker/model_runner.py``) runs that step
 and samples, the scheduler applies the sampled tokens, and the engine returns
 the ``RequestOutput`` of every request that got tokens or finished in the step.
 The engine holds each request's record from ``add_request`` to its end; the
-outputs are in ``outputs.py``, INT8 KV-scale calibration in ``kv_scales.py``.
+outputs are in ``outputs.py``, INT8 KV-scale calibration in ``loading/kv_scales.py``.
+Its arguments are checked and resolved, and the memory planned, by
+``EngineConfig`` (``engine_config.py``) before anything is built.
 
 Example::
 
@@ -25,27 +27,23 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
-from ..scheduling import Request, Scheduler, SchedulerConfig, default_batch_limits
-from .backends import describe as describe_backends
-from .config import Qwen35Config
-from .device_memory import default_device, default_kv_cache_gib, device_memory
-from .kv_cache import fit_max_model_len, num_gdn_groups, plan_memory, pool_block_size
-from .kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
-from .model_runner import ModelRunner
+from ...scheduling import Request, Scheduler
+from ..loading.kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
+from ..loading.weights import load_weights
+from ..network.backends import describe as describe_backends
+from ..network.mtp import Qwen35MTP
+from ..network.qwen3_5 import Qwen35ForCausalLM
+from ..sample.sampling import SamplingParams
+from ..worker.model_runner import ModelRunner
+from .engine_config import EngineConfig
 from .outputs import CompletionOutput, RequestOutput, StepStats
-from .qwen3_5 import Qwen35ForCausalLM
-from .sampling import SamplingParams
-from .weights import load_weights
 
 logger = logging.getLogger("qwen_ops.engine")
 
-__all__ = ["LLMEngine"]
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+__all__ = ["LLMEngine", "EngineConfig"]
 
 
 @dataclass
@@ -72,23 +70,15 @@ def _derived_seed(seed: int, request_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{request_id}".encode()).digest()[:8], "little") % 2**63
 
 
-def _check_int(name: str, value, minimum: int, *, optional: bool = False) -> None:
-    """Raise ValueError naming LLM's argument ``name`` unless ``value`` is an int >= minimum (or None if optional)."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        none = " or None" if optional else ""
-        raise ValueError(f"LLM({name}=...) must be an int >= {minimum}{none}, got {value!r}")
-
-
 class LLMEngine:
     """The engine of a Qwen3.5 checkpoint: continuous batching and one page pool for the KV
-    cache and the GDN states (vLLM's hybrid layout, ``gdn_pages.py``).
+    cache and the GDN states (vLLM's hybrid layout, ``worker/gdn_pages.py``).
 
     Args:
         model: a directory with config.json and safetensors weights (a text-only
             ``qwen3_5_text`` or multimodal ``qwen3_5`` checkpoint); None: the
-            built-in tiny random model (see ``qwen_ops.model.default_model``).
+            built-in tiny random model (see ``qwen_ops.model.loading.default_model``); or an
+            ``EngineConfig`` made by ``EngineConfig.from_args`` (then no other argument).
         dtype: "float32", "float16" or "bfloat16" (weights and activations).
         kv_cache_dtype: "auto" (the model dtype) or "int8" (per-channel scales
             from the checkpoint's msModelSlim ``kv_cache_scale`` tensors, else
@@ -105,7 +95,7 @@ class LLMEngine:
             that rule).
         enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
             boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
-            ``gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
+            ``worker/gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
             generative hybrid models, with speculative decoding too (then a hit stops one block short,
             vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
             ``RequestOutput.num_cached_tokens`` is each request's hit.
@@ -121,123 +111,51 @@ class LLMEngine:
         device: torch device (default: NPU, else CUDA, else CPU).
         kv_cache_memory_gib: memory for the page pool, KV pages and GDN states (default: 90 % of an
             accelerator's memory minus the weights; on a CPU a tenth of the memory available
-            when the engine starts, weights already loaded).
+            when the engine's config is resolved, before the weights load).
         enable_chunked_prefill, long_prefill_token_threshold: scheduler switches.
         calibration_prompts: prompts (text or token ids) for INT8 calibration.
         speculative_config: None, or ``{"method": "mtp", "num_speculative_tokens": k}`` (vLLM's
             spelling): the checkpoint's MTP head drafts k tokens a step and one target forward verifies
-            them (``spec_decode.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
+            them (``spec_decode/drafter.py``): greedy and sampled requests (drafts are greedy, as vLLM's default
             ``draft_sample_method``), logprobs, any prompt length, either KV cache dtype (an int8 one
             calibrates the MTP layers' scales), with or without prefix caching. Statistics in
             ``RequestOutput.metrics`` (``spec_*``).
     """
 
-    def __init__(self, model: str | os.PathLike | None = None, dtype: str = "float32", kv_cache_dtype: str = "auto",
-                 block_size: int = 16, num_blocks: int | None = None, max_num_batched_tokens: int | None = None,
-                 max_num_seqs: int | None = None, enable_prefix_caching: bool | None = None,
-                 backend: str | None = None,
-                 seed: int = 0, *, max_model_len: int | None = None, device: str | torch.device | None = None,
-                 kv_cache_memory_gib: float | None = None, enable_chunked_prefill: bool = True,
-                 long_prefill_token_threshold: int = 0,
-                 calibration_prompts: Sequence[str | list[int]] | None = None, speculative_config=None):
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise ValueError(f"LLM(dtype=...) must be one of {sorted(DTYPES)}, got {dtype!r}")
-        if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in ("auto", "int8"):
-            raise ValueError(f"LLM(kv_cache_dtype=...) must be 'auto' or 'int8', got {kv_cache_dtype!r}")
-        _check_int("block_size", block_size, 1)
-        # Block 0 is the null block: one more is needed to hold anything.
-        _check_int("num_blocks", num_blocks, 2, optional=True)
-        _check_int("max_num_batched_tokens", max_num_batched_tokens, 1, optional=True)
-        _check_int("max_num_seqs", max_num_seqs, 1, optional=True)
-        # A request needs at least one prompt token and room for one generated token.
-        _check_int("max_model_len", max_model_len, 2, optional=True)
-        if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
-            raise ValueError(f"LLM(enable_prefix_caching=...) must be True, False or None, got "
-                             f"{enable_prefix_caching!r}")
-        if enable_prefix_caching and not enable_chunked_prefill:
-            raise ValueError("LLM(enable_prefix_caching=True) needs enable_chunked_prefill=True on a hybrid model "
-                             "such as Qwen3.5: its GDN states are cached at block-aligned chunk ends (vLLM's align "
-                             "mode); pass enable_prefix_caching=False to run without chunked prefill")
-        if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
-            raise ValueError(f"LLM(max_num_batched_tokens={max_num_batched_tokens}) must be >= "
-                             f"max_num_seqs={max_num_seqs}: every running request may decode in one step")
-        if model is None:
-            from .default_model import default_model_dir
+    def __init__(self, model: str | os.PathLike | EngineConfig | None = None, *args, **kwargs):
+        # The arguments are checked and resolved, and the memory planned, before anything is built.
+        if isinstance(model, EngineConfig):
+            if args or kwargs:
+                raise TypeError("LLMEngine(EngineConfig) takes no other arguments: they are in the config")
+            engine_config = model
+        else:
+            engine_config = EngineConfig.from_args(model, *args, **kwargs)
+        c = self.engine_config = engine_config
+        # The resolved settings, under the names the engine has always had.
+        self.model_dir, self.config, self.device, self.dtype = c.model_dir, c.config, c.device, c.dtype
+        self.kv_cache_dtype, self.backend, self.seed = c.kv_cache_dtype, c.backend, c.seed
+        self.speculative_config, self.enable_prefix_caching = c.speculative_config, c.enable_prefix_caching
+        self.max_model_len, self.plan, self.kv_cache_memory_gib = c.max_model_len, c.plan, c.kv_cache_memory_gib
+        self.scheduler_config = c.scheduler_config
 
-            model = default_model_dir()
-        self.model_dir = os.fspath(model)
-        self.device = torch.device(device) if device is not None else default_device()
-        self.dtype = DTYPES[dtype]
-        self.config = Qwen35Config.from_pretrained(self.model_dir)
-        if max_model_len is not None and max_model_len > self.config.max_position_embeddings:
-            raise ValueError(f"LLM(max_model_len={max_model_len}) exceeds the model's max_position_embeddings="
-                             f"{self.config.max_position_embeddings} (config.json)")
         weights, checkpoint_scales = load_weights(self.model_dir, self.config, self.dtype, self.device)
-        self.model = Qwen35ForCausalLM(self.config, weights, backend, checkpoint_scales)
-        self.model_runner = ModelRunner(self.model, self.config, self.device, backend)
-        self.backend = backend
+        self.model = Qwen35ForCausalLM(self.config, weights, self.backend, checkpoint_scales)
+        self.model_runner = ModelRunner(self.model, self.config, self.device, self.backend)
+        if self.speculative_config is not None:  # the MTP drafter, loaded into the model runner
+            self.model_runner.enable_speculation(Qwen35MTP.from_pretrained(self.model_dir, self.model, self.backend),
+                                                 self.num_speculative_tokens)
         self._tokenizer = None
-        self.seed = seed
         self._counter = itertools.count()
-
-        memory_gib, device_name = device_memory(self.device)
-        default_tokens, default_seqs = default_batch_limits(memory_gib, device_name, "offline")
-        if max_num_batched_tokens is None:
-            max_num_batched_tokens = max(default_tokens, max_num_seqs or 0)
-        if max_num_seqs is None:
-            max_num_seqs = min(default_seqs, max_num_batched_tokens)
-        if kv_cache_memory_gib is None:
-            weight_gib = sum(t.numel() * t.element_size() for t in weights.values()) / 2**30
-            kv_cache_memory_gib = default_kv_cache_gib(self.device, memory_gib, weight_gib)
-        if isinstance(kv_cache_memory_gib, bool) or not isinstance(kv_cache_memory_gib, (int, float)) \
-                or not kv_cache_memory_gib > 0:
-            raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")
-        self.kv_cache_dtype = torch.int8 if kv_cache_dtype == "int8" else self.dtype
-        self.speculative_config = self._speculation(speculative_config, max_num_batched_tokens, backend)
-        groups = num_gdn_groups(self.config)
-        if enable_prefix_caching is None:  # vLLM 0.33: on for generative hybrid models (see the docstring)
-            enable_prefix_caching = enable_chunked_prefill or groups == 0
-        self.enable_prefix_caching = enable_prefix_caching
-        requested_block_size = block_size
-        block_size = pool_block_size(self.config, block_size, self.dtype, self.kv_cache_dtype)
-        self.block_size_reason = (
-            "" if block_size == requested_block_size else
-            f" (raised from {requested_block_size}: an attention page must hold a GDN page, vLLM's rule)")
-        if block_size != requested_block_size:
-            logger.info("block_size=%d%s", block_size, self.block_size_reason)
-        # A request's GDN pages in the pool: "none" mode one per group (plus one per draft token, the
-        # 1 + k state rows of speculation), align mode at most 2 live ones per group (older ones go to
-        # the cache), as vLLM's scheduler counts them.
-        gdn_pages = groups * ((2 if enable_prefix_caching else 1) + self.num_speculative_tokens)
-        state_rows = 1 + self.num_speculative_tokens
-        # The MTP layers keep their own KV caches on the same blocks.
-        mtp_layers = len(self.model_runner.spec.mtp.layer_ids) if self.model_runner.spec is not None else 0
-        self.max_model_len, self.max_model_len_reason = self._default_max_model_len(
-            max_model_len, kv_cache_memory_gib, block_size, max_num_seqs, num_blocks, gdn_pages, state_rows,
-            mtp_layers)
-        self.plan = plan_memory(self.config, budget_bytes=int(kv_cache_memory_gib * 2**30), block_size=block_size,
-                                max_num_seqs=max_num_seqs, max_model_len=self.max_model_len, dtype=self.dtype,
-                                kv_dtype=self.kv_cache_dtype, num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
-                                state_rows_per_request=state_rows, num_mtp_layers=mtp_layers)
-        self.kv_cache_memory_gib = kv_cache_memory_gib
 
         kv_scales = None
         self.kv_scale_source = None
         if self.kv_cache_dtype == torch.int8:
-            kv_scales, self.kv_scale_source = self._int8_scales(checkpoint_scales, calibration_prompts, block_size)
+            kv_scales, self.kv_scale_source = self._int8_scales(checkpoint_scales, c.calibration_prompts,
+                                                                c.block_size)
             logger.info("INT8 KV cache scales: %s", self.kv_scale_source)
-        self.model_runner.initialize_caches(self.plan, block_size=block_size, max_model_len=self.max_model_len,
+        self.model_runner.initialize_caches(self.plan, block_size=c.block_size, max_model_len=self.max_model_len,
                                             kv_dtype=self.kv_cache_dtype, kv_scales=kv_scales,
-                                            enable_prefix_caching=enable_prefix_caching)
-        self.scheduler_config = SchedulerConfig(
-            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=self.plan.max_num_seqs,
-            block_size=block_size, num_blocks=self.plan.num_blocks, max_model_len=self.max_model_len,
-            enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-            num_gdn_groups=groups,
-            num_speculative_tokens=self.num_speculative_tokens,
-            # MTP is an EAGLE-style drafter (its KV at a position needs the next token): vLLM's use_eagle.
-            use_eagle=self.num_speculative_tokens > 0 and groups > 0)
+                                            enable_prefix_caching=self.enable_prefix_caching)
         self.scheduler = Scheduler(self.scheduler_config)
         self.model_runner.token_at = lambda request_id, position: \
             self.scheduler.requests[request_id].all_token_ids[position]
@@ -250,41 +168,7 @@ class LLMEngine:
 
     @property
     def num_speculative_tokens(self) -> int:
-        return self.speculative_config.num_speculative_tokens if self.speculative_config is not None else 0
-
-    def _speculation(self, value, max_num_batched_tokens: int, backend):
-        """Check ``speculative_config`` and, when on, load the MTP drafter into the model runner."""
-        from .mtp import Qwen35MTP, count_mtp_layers
-        from .speculative_config import parse_speculative_config
-
-        if value is None:
-            return None
-        parsed = parse_speculative_config(value, num_mtp_layers=count_mtp_layers(self.model_dir, self.config),
-                                          max_num_batched_tokens=max_num_batched_tokens, model_name=self.model_dir)
-        self.model_runner.enable_speculation(Qwen35MTP.from_pretrained(self.model_dir, self.model, backend),
-                                             parsed.num_speculative_tokens)
-        return parsed
-
-    def _default_max_model_len(self, given, budget_gib, block_size, max_num_seqs, num_blocks,
-                               gdn_pages, state_rows, mtp_layers=0) -> tuple[int, str]:
-        """(max_model_len, why): the given one; else the config's, or the longest the budget holds if shorter."""
-        if given is not None:
-            return given, "given"
-        if num_blocks is not None:  # the caller sized the cache: requests too long for it are refused one by one
-            return self.config.max_position_embeddings, "the config's max_position_embeddings"
-        configured = self.config.max_position_embeddings
-        fits = fit_max_model_len(self.config, budget_bytes=int(budget_gib * 2**30), block_size=block_size,
-                                 max_num_seqs=max_num_seqs, dtype=self.dtype, kv_dtype=self.kv_cache_dtype,
-                                 num_blocks=num_blocks, gdn_pages_per_request=gdn_pages,
-                                 state_rows_per_request=state_rows, num_mtp_layers=mtp_layers)
-        if fits >= configured:
-            return configured, "the config's max_position_embeddings"
-        if fits < 2:
-            return configured, "the config's max_position_embeddings"  # plan_memory says why nothing fits
-        why = (f"fitted to the KV budget: one request of the config's max_position_embeddings={configured} "
-               f"tokens does not fit {budget_gib:.2f} GiB; pass max_model_len or kv_cache_memory_gib to change it")
-        logger.warning("max_model_len=%d (%s)", fits, why)
-        return fits, why
+        return self.engine_config.num_speculative_tokens
 
     @property
     def caches(self):
@@ -298,7 +182,7 @@ class LLMEngine:
     def tokenizer(self):
         """The text tokenizer (loaded on first use: token-id prompts never need it)."""
         if self._tokenizer is None:
-            from .tokenizer import TextTokenizer
+            from ..loading.tokenizer import TextTokenizer
 
             self._tokenizer = TextTokenizer.for_model(self.model_dir)
         return self._tokenizer
@@ -308,16 +192,8 @@ class LLMEngine:
         return describe_backends(self.backend, is_moe=self.config.is_moe)
 
     def budget_summary(self) -> str:
-        """One line with the limits and memory in use."""
-        p, c = self.plan, self.scheduler_config
-        kv = str(self.kv_cache_dtype).replace("torch.", "")
-        rows = f" {p.state_rows_per_request}_rows_per_request" if p.state_rows_per_request > 1 else ""
-        return (f"max_num_batched_tokens={c.max_num_batched_tokens} max_num_seqs={c.max_num_seqs} "
-                f"max_model_len={c.max_model_len} ({self.max_model_len_reason}) block_size={c.block_size}"
-                f"{self.block_size_reason} num_blocks={c.num_blocks} "
-                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_states=in_pool_pages{rows} "
-                f"({p.state_bytes / 2**20:.1f} MiB) prefix_caching={'on' if c.enable_prefix_caching else 'off'} "
-                f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
+        """One line with the limits and memory in use (``EngineConfig.describe``)."""
+        return self.engine_config.describe()
 
     def _int8_scales(self, checkpoint_scales, calibration_prompts, block_size):
         """Per-layer (k_scale, v_scale) [Hkv, D]: the checkpoint's, else calibrated; and where they came from.
@@ -339,7 +215,7 @@ class LLMEngine:
             token_lists = token_lists or self._calibration_token_lists(calibration_prompts)
             mtp_scales, total = calibrate_kv_scales(
                 self.config, token_lists,
-                lambda ids, observe: spec.observe_calibration_kv(self.model_runner, ids, observe, block_size),
+                lambda ids, observe: self.model_runner.observe_mtp_calibration_kv(ids, observe, block_size),
                 layers=spec.mtp.layer_ids)
             scales = {**scales, **mtp_scales}
             source += f"; MTP layer(s) calibrated from absmax over {total} tokens"
@@ -514,11 +390,3 @@ class LLMEngine:
         return RequestOutput(request_id, t.prompt, t.prompt_token_ids, [completion], t.finish_reason is not None,
                              metrics, num_cached_tokens=t.num_cached_tokens or 0)
 
-
-def __getattr__(name):
-    # ``qwen_ops.model.engine.LLM`` as before the split (llm.py imports this module, hence the lazy import).
-    if name == "LLM":
-        from .llm import LLM
-
-        return LLM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

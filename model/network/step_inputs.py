@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from ..ops import prepare_chunk_indices
-from ..scheduling import StepMetadata
+from ...ops import prepare_chunk_indices
+from ...scheduling import StepMetadata
 
 # (CPU query_start_loc, num_decodes) -> the attention ops' prefill_units on the CPU, or None (not needed).
 UnitsBuilder = Callable[[torch.Tensor, int], "torch.Tensor | None"]
@@ -30,7 +30,7 @@ class StepInputs(StepMetadata):
         for ``chunk_gated_delta_rule`` (None without prefill rows).
     prefill_units: ``mixed_attention``'s work units (None when its backend needs none).
     gdn_state_indices: [G, N] int32, each GDN group's state row (a pool page) of every request,
-        when the GDN states live in the pool's pages (``gdn_pages.py``); None: ``state_indices``.
+        when the GDN states live in the pool's pages (``worker/gdn_pages.py``); None: ``state_indices``.
     gdn_spec_state_indices: [G, num_decodes, 1 + k] int32, the same for speculative verify rows
         (None: ``spec_state_indices``).
     """

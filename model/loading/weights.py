@@ -17,13 +17,6 @@ in memory; or one 2-D tensor per expert and projection,
 ``save_pretrained`` writes and what quantised checkpoints use). Per-expert
 tensors are stacked into the fused names at load time, so the model always sees
 the fused layout.
-
-With stacked projections on (``fused_projection.set_fused_projections``, off by
-default), weights that the model multiplies by the same input (``fused_groups``:
-a GDN layer's four input projections, an attention layer's q/k/v, an MLP's gate
-and up) are read into one buffer per group, back to back, each name a view of
-its rows: the names and shapes stay those of the checkpoint, and the model's
-``FusedProjection`` stacks them without a copy.
 """
 from __future__ import annotations
 
@@ -34,7 +27,6 @@ import re
 import torch
 
 from .config import Qwen35Config
-from .fused_projection import fused_projections_enabled
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -95,39 +87,6 @@ def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
             shapes[g + "norm.weight"] = (c.linear_value_head_dim,)
             shapes[g + "out_proj.weight"] = (h, c.gdn_value_dim)
     return shapes
-
-
-def fused_groups(config: Qwen35Config) -> list[tuple[str, ...]]:
-    """The names ``load_weights`` lays out back to back in one buffer, group by group, in row order.
-
-    Per layer: a GDN layer's ``in_proj_qkv, in_proj_z, in_proj_b, in_proj_a``; an attention
-    layer's ``q_proj, k_proj, v_proj`` weights (and their biases, as a second group); a dense
-    MLP's ``gate_proj, up_proj``. The model stacks each group in this order (``FusedProjection``).
-    """
-    groups: list[tuple[str, ...]] = []
-    for i, kind in enumerate(config.layer_types):
-        p = f"layers.{i}."
-        if kind == "full_attention":
-            a = p + "self_attn."
-            groups.append(tuple(a + n + "_proj.weight" for n in "qkv"))
-            if config.attention_bias:
-                groups.append(tuple(a + n + "_proj.bias" for n in "qkv"))
-        else:
-            groups.append(tuple(p + f"linear_attn.in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")))
-        if not config.is_moe:
-            groups.append((p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"))
-    return groups
-
-
-def _grouped_buffers(groups: list[tuple[str, ...]], shapes: dict[str, tuple[int, ...]], dtype: torch.dtype,
-                     device) -> dict[str, torch.Tensor]:
-    """One empty buffer per group; -> each name's view of its rows (filled as the tensors are read)."""
-    views = {}
-    for group in groups:
-        rows = [shapes[name][0] for name in group]
-        buffer = torch.empty((sum(rows), *shapes[group[0]][1:]), dtype=dtype, device=device)
-        views.update(zip(group, buffer.split(rows)))
-    return views
 
 
 def stored_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
@@ -283,7 +242,6 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
     # Per-expert tensors are copied into their fused tensor as they are read; so are the grouped ones.
     for name in fused:
         weights[name] = torch.empty(shapes[name], dtype=dtype, device=device)
-    grouped = _grouped_buffers(fused_groups(config), shapes, dtype, device) if fused_projections_enabled() else {}
     for path, pairs in by_file.items():
         with _open(path) as f:
             for ckpt_name, name in pairs:
@@ -310,8 +268,5 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                                        f"expected {shapes[name]} for this config")
                 if not t.is_floating_point():
                     raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
-                if name in grouped:
-                    weights[name] = grouped[name].copy_(t)
-                else:
-                    weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
+                weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
     return weights, scales

@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from ..scheduling import StepMetadata, build_step_metadata
-from .sampling import SamplingParams
+from ...scheduling import StepMetadata, build_step_metadata
+from ..sample.sampling import SamplingParams
 
 # A row's GDN state slot when the scheduler gives none (a model without GDN layers).
 NO_STATE_SLOT = -1

@@ -17,9 +17,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .. import ops
+from ... import ops
+from ..loading.config import Qwen35Config
 from .backends import backend_chooser
-from .config import Qwen35Config
 from .layers import swiglu_mlp
 
 # Called with (layer, topk_ids [T, K], topk_weights [T, K]) after each layer's routing.

@@ -105,8 +105,10 @@ def _fail(exc: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from qwen_ops import LLM, SamplingParams
-    from qwen_ops.model.speculative_config import speculative_config_from_cli
+    # Imported after the arguments parse, so that --help and a bad flag answer without loading torch.
+    from ..sample.sampling import SamplingParams
+    from ..spec_decode.speculative_config import speculative_config_from_cli
+    from .llm import LLM
 
     try:
         params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
