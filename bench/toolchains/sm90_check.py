@@ -44,6 +44,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import triton_launches  # noqa: E402
+from compile_errors import first_error  # noqa: E402
 
 SM90_SHARED_BYTES = 227 * 1024  # the most shared memory one block may use on sm_90
 MAX_SPILL_BYTES = 4096  # spill stores per thread a kept config may have (issue 22)
@@ -139,15 +140,6 @@ def compile_one(launch, config_index: int) -> Result:
     result.mma = len(re.findall(r"(?<!wg)\bmma\.sync", ptx))
     result.ok = True
     return result
-
-
-def first_error(exc: BaseException) -> str:
-    """The first line that says what went wrong (Triton's compile errors put the source first)."""
-    lines = [line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]
-    for line in lines:
-        if re.search(r"error|Error|failed|assert", line) and not line.startswith("^"):
-            return line[:300]
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 def run(launches, all_configs: bool, progress=print) -> list[Result]:
