@@ -4,7 +4,7 @@
 Each launch of ``triton_launches.enumerate_launches("cuda")`` (every kernel, at
 the Qwen3.5 shapes, bfloat16 and float16, as the ops' host code makes it) is
 bound with Triton's own binder (the specialisation a real launch would get) and
-compiled with ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 64))``
+compiled with ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))``
 through the ``ptxas`` the triton wheel ships. Per (launch, config): registers
 and spill bytes (ptxas -v), shared memory (the kernel's metadata), the number
 of ``mma``/``wgmma`` instructions in the PTX and the compile seconds (cold: a
@@ -48,7 +48,8 @@ from compile_errors import first_error  # noqa: E402
 
 SM90_SHARED_BYTES = 227 * 1024  # the most shared memory one block may use on sm_90
 MAX_SPILL_BYTES = 4096  # spill stores per thread a kept config may have (issue 22)
-TARGET_ARGS = ("cuda", 90, 64)
+# GPUTarget(backend, capability, warp size): an H100/H200, as its driver reports it (warps of 32 threads).
+TARGET_ARGS = ("cuda", 90, 32)
 
 
 @dataclass
@@ -188,7 +189,7 @@ def kernel_lines(results) -> tuple[list[str], bool, int, int]:
 def markdown(results) -> str:
     import triton
 
-    head = (f"sm_90 ahead of time (`triton.compile`, GPUTarget(\"cuda\", 90, 64), triton {triton.__version__} "
+    head = (f"sm_90 ahead of time (`triton.compile`, GPUTarget(\"cuda\", 90, 32), triton {triton.__version__} "
             "and its ptxas; no GPU): every launch variant x autotune config\n\n"
             "| kernel | constexprs | dtype | config | regs | spill st/ld B | shared B | mma | wgmma | compile s |\n"
             "|---|---|---|---|---:|---:|---:|---:|---:|---:|\n")
