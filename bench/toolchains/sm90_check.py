@@ -10,8 +10,11 @@ and spill bytes (ptxas -v), shared memory (the kernel's metadata), the number
 of ``mma``/``wgmma`` instructions in the PTX and the compile seconds (cold: a
 fresh Triton cache).
 
-* CI mode (default): the first autotune config of each launch variant (bounded time).
-* ``--all``: every autotune config; ``--markdown FILE`` writes the table (bench/RESULTS.md).
+* CI mode (default): each kernel's first launch variant in its first autotune config
+  (one compile per kernel: bounded time);
+* ``--variants``: the first config of every launch variant;
+* ``--all``: every launch variant in every autotune config (bench mode);
+  ``--markdown FILE`` writes the per-config table (for bench/RESULTS.md).
 
 Prints one line per kernel (``ok`` or ``FAIL <kernel>: <first compiler error>``)
 and the summary ``sm_90: K/N kernels compile; spills in M`` (M: kernels with
@@ -143,6 +146,14 @@ def compile_one(launch, config_index: int) -> Result:
     return result
 
 
+def ci_selection(launches) -> list:
+    """Each kernel's first launch variant (in enumeration order)."""
+    first = {}
+    for launch in launches:
+        first.setdefault(launch.name, launch)
+    return list(first.values())
+
+
 def run(launches, all_configs: bool, progress=print) -> list[Result]:
     results = []
     for launch in launches:
@@ -209,7 +220,8 @@ def markdown(results) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--all", action="store_true", help="every autotune config (bench mode), not only the first")
+    p.add_argument("--all", action="store_true", help="every launch variant in every autotune config (bench mode)")
+    p.add_argument("--variants", action="store_true", help="the first config of every launch variant")
     p.add_argument("--kernels", default="", help="comma-separated kernel names to compile (default: all)")
     p.add_argument("--markdown", default=None, help="write the per-config table to this file ('-': stdout)")
     p.add_argument("--quiet", action="store_true", help="no line per compiled config")
@@ -221,17 +233,14 @@ def main(argv=None) -> int:
     import triton
 
     t0 = time.perf_counter()
-    launches = triton_launches.enumerate_launches("cuda")
-    if args.kernels:
-        wanted = set(args.kernels.split(","))
-        unknown = wanted - {launch.name for launch in launches}
-        if unknown:
-            p.error(f"--kernels: unknown {sorted(unknown)}")
-        launches = [launch for launch in launches if launch.name in wanted]
+    launches = triton_launches.only_kernels(triton_launches.enumerate_launches("cuda"), args.kernels)
     n_kernels = len({launch.name for launch in launches})
-    print(f"== sm_90 ({'every config' if args.all else 'first config of each launch variant'}): {len(launches)} "
-          f"launch variants of {n_kernels} kernels, triton {triton.__version__}, enumerated in "
-          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    mode = ("every variant x config" if args.all else "first config of every variant" if args.variants else
+            "CI mode: first variant and config of each kernel")
+    print(f"== sm_90 ({mode}): {len(launches)} launch variants of {n_kernels} kernels enumerated in "
+          f"{time.perf_counter() - t0:.1f} s, triton {triton.__version__}", flush=True)
+    if not (args.all or args.variants):
+        launches = ci_selection(launches)
     results = run(launches, args.all, progress=(lambda _line: None) if args.quiet else
                   (lambda line: print(line, flush=True)))
     lines, passed, compiling, spilling = kernel_lines(results)

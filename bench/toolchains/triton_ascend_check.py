@@ -117,10 +117,7 @@ def main(argv=None) -> int:
     import triton_launches
 
     t0 = time.perf_counter()
-    launches = triton_launches.enumerate_launches("npu")
-    if args.kernels:
-        wanted = set(args.kernels.split(","))
-        launches = [launch for launch in launches if launch.name in wanted]
+    launches = triton_launches.only_kernels(triton_launches.enumerate_launches("npu"), args.kernels)
     names = list(dict.fromkeys(launch.name for launch in launches))
     cann = cann_compiler()
     print(f"== triton-ascend {triton.__version__} front end (AST -> TTIR -> triton-adapter-opt: linalg/HIVM) for "

@@ -294,6 +294,18 @@ def enumerate_launches(target: str, ops_subset=None) -> list[Launch]:
     return launches
 
 
+def only_kernels(launches, names: str) -> list:
+    """The launches of the comma-separated kernel ``names`` ("" keeps all); an unknown name raises ValueError."""
+    if not names:
+        return list(launches)
+    wanted = set(names.split(","))
+    unknown = wanted - {launch.name for launch in launches}
+    if unknown:
+        raise ValueError(f"--kernels: no launch of {sorted(unknown)}; the kernels are "
+                         f"{sorted({launch.name for launch in launches})}")
+    return [launch for launch in launches if launch.name in wanted]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     for target in argv or TARGETS:
