@@ -1,4 +1,5 @@
-"""The compiler checks live in bench/toolchains/ (scripts, not a package): their folder goes on sys.path."""
+"""The compiler checks live in bench/toolchains/ (scripts, not a package): their folder goes on sys.path,
+and so does this one (broken_kernel.py)."""
 import os
 import sys
 

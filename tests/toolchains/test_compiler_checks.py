@@ -18,7 +18,9 @@ import time
 
 import pytest
 from compile_errors import first_error
-from conftest import TOOLCHAINS
+
+TOOLCHAINS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench",
+                          "toolchains")
 
 ASCEND_ENVS = os.path.join(os.environ.get("QWEN_OPS_CI_CACHE", "/root/.cache/qwen_ops_ci"))
 
