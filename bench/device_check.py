@@ -15,7 +15,13 @@ a few minutes:
    kernel variant) and on for the timing pass, which tunes at its own sizes.
    On the GPU each op is checked in its own worker process (``--jobs``), which
    then also runs the op's timing cases once, so that the kernel compilations
-   (the slow part) run in parallel and land in Triton's on-disk cache;
+   (the slow part) run in parallel and land in Triton's on-disk cache. The
+   autotune configs of that warm-up are split over ``--warm-slices`` workers
+   per op (worker i compiles configs i, i + n, ...): a compiled kernel's cache
+   key does not depend on which other configs its autotuner holds, so the
+   timing pass's full autotuning then finds every config compiled. Without the
+   split, an op's configs compile one after another in one process (the cold
+   cost that made a part overrun a 10-minute slot);
 3. speed (serial, in the main process): each kernel at a Qwen3.5-like size against the peer a user would
    pick there (torch SDPA for attention, flash-linear-attention's kernels for
    the delta rule when its wheel was carried, else the torch reference), as
@@ -62,9 +68,14 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="write all results to this file")
     p.add_argument("--jobs", type=int, default=None,
                    help="worker processes for the correctness pass and the compilation warm-up "
-                        "(default: one per op, at most the CPU count, on the GPU; 1 under --cpu)")
+                        "(default: --warm-slices per op, at most the CPU count, on the GPU; 1 under --cpu)")
+    p.add_argument("--warm-slices", type=int, default=4,
+                   help="warm-up workers per op on the GPU, each compiling every n-th autotune config (default 4)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--config-slice", default=None, help=argparse.SUPPRESS)  # "i/n": this worker's configs
     args = p.parse_args(argv)
+    if args.warm_slices < 1:
+        p.error(f"--warm-slices must be at least 1, got {args.warm_slices}")
     args.ops = [o for o in args.ops.split(",") if o]
     unknown = sorted(set(args.ops) - set(ALL_OPS))
     if unknown:
@@ -567,16 +578,19 @@ def configured_kernels(op_names):
     return found
 
 
-def set_autotuning(kernels, full: bool):
+def set_autotuning(kernels, full: bool, config_slice: tuple[int, int] = (0, 1)):
     """Full CUDA autotuning (timing pass) or the first config only (correctness pass, one compile each).
 
+    ``config_slice`` (i, n) keeps configs i, i + n, ... of the full list (a
+    warm-up worker's share; the first config where the share is empty).
     Rebuilding the autotuner also forgets configs tuned at other sizes, so
     the timing pass tunes at the sizes it times.
     """
+    i, n = config_slice
     for k in kernels:
         if not hasattr(k, "all_cuda_configs"):
             k.all_cuda_configs = list(k.cuda_configs)
-        k.cuda_configs = k.all_cuda_configs if full else k.all_cuda_configs[:1]
+        k.cuda_configs = (k.all_cuda_configs[i::n] or k.all_cuda_configs[:1]) if full else k.all_cuda_configs[:1]
         k.__dict__.pop("_autotuned", None)  # functools.cached_property: rebuilt on next launch
 
 
@@ -663,17 +677,22 @@ def parallel_checks(args, report):
 
     base = [sys.executable, os.path.abspath(__file__), "--worker"] + (["--cpu"] if args.cpu else []) + (
         ["--no-timing"] if args.no_timing else [])
-    pending = list(args.ops)
+    # Per op: slice 0 checks correctness and warms its share of the configs; slices 1.. only warm theirs.
+    slices = 1 if args.no_timing or args.cpu else args.warm_slices
+    pending = [(op, i) for op in args.ops for i in range(slices)]
     running = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
             while pending or running:
                 while pending and len(running) < args.jobs:
-                    op = pending.pop(0)
-                    out = os.path.join(tmp, f"{op}.json")
-                    log = open(os.path.join(tmp, f"{op}.log"), "w+")
-                    proc = subprocess.Popen(base + ["--ops", op, "--json", out], stdout=log, stderr=subprocess.STDOUT)
-                    running[op] = (proc, out, log, time.time())
+                    op, i = pending.pop(0)
+                    name = f"{op}.{i}"
+                    out = os.path.join(tmp, f"{name}.json")
+                    log = open(os.path.join(tmp, f"{name}.log"), "w+")
+                    share = ["--config-slice", f"{i}/{slices}"] + (["--no-correctness"] if i else [])
+                    proc = subprocess.Popen(base + ["--ops", op, "--json", out] + share, stdout=log,
+                                            stderr=subprocess.STDOUT)
+                    running[name] = (proc, out, log, time.time())
                 for op, (proc, out, log, t0) in list(running.items()):
                     if proc.poll() is None:
                         continue
@@ -704,7 +723,8 @@ def run_worker(args, ctx, ops, tolerances) -> int:
         set_autotuning(kernels, full=False)
         correctness_pass(ctx, ops, tolerances, report, args.ops)
     if not args.no_timing and not ctx.cpu:
-        set_autotuning(kernels, full=True)
+        i, n = (int(x) for x in (args.config_slice or "0/1").split("/"))
+        set_autotuning(kernels, full=True, config_slice=(i, n))
         warm_up(ctx, ops, args.ops)
     with open(args.json, "w") as f:
         json.dump({"checks": [vars(c) for c in report.checks]}, f, default=str)
@@ -769,7 +789,7 @@ def main(argv=None) -> int:
     if args.worker:
         return run_worker(args, ctx, ops, tolerances)
     if args.jobs is None:
-        args.jobs = 1 if args.cpu else max(1, min(len(args.ops), os.cpu_count() or 1))
+        args.jobs = 1 if args.cpu else max(1, min(len(args.ops) * args.warm_slices, os.cpu_count() or 1))
     # A timeout's SIGTERM must unwind (and stop the workers), not just kill this process.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     report = Report()

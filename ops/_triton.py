@@ -17,10 +17,22 @@ Configs: ``configured`` wraps a ``@triton.jit`` kernel. Under the interpreter
 and on Ascend it launches with a fixed config chosen on the host (a function
 of the shapes); on CUDA it autotunes over a list of configs (autotune does not
 run under the interpreter).
+
+Dot precision: ``dot_precision`` is the one place that chooses the
+``input_precision`` every ``tl.dot`` of the project passes (explicitly: a
+``None`` reaches triton-ascend's front end, which has no default for it).
+
+Recording: inside ``recorded_launches(target)`` the host code of the ops runs
+on CPU tensors as if they were on that target and every ``ConfiguredKernel``
+launch is recorded instead of run (``bench/toolchains/triton_launches.py``
+enumerates what the ops launch this way, for the compiler checks).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -39,8 +51,93 @@ ASCEND_FALLBACK_VECTOR_CORES = 40
 ASCEND_UB_BYTES = 192 * 1024
 
 
+# tl.dot input_precision per target, for float32 operands and for 16-bit (and
+# dequantised int8) operands. float32: IEEE everywhere, since the float32 paths
+# are checked against the reference at float32 tolerances (CUDA's "tf32" and
+# Ascend's "hf32" round the inputs to 10 mantissa bits). 16-bit operands are
+# multiplied exactly on every target and the value only has to be one the
+# compiler accepts: CUDA's own default ("tf32"), and "ieee" on triton-ascend,
+# whose NPUOptions allow only "ieee" and "hf32" (and "hf32" only for float32).
+_DOT_PRECISION = {
+    "cuda": {"float32": "ieee", "narrow": "tf32"},
+    "npu": {"float32": "ieee", "narrow": "ieee"},
+    "interpreter": {"float32": "ieee", "narrow": "ieee"},
+}
+
+
+def dot_precision(kind: str, dtype: torch.dtype) -> str:
+    """``input_precision`` for ``tl.dot`` operands of ``dtype`` on target ``kind`` (see ``target``).
+
+    Every Triton kernel of the project passes this (as a constexpr chosen on
+    the host), never ``None``.
+    """
+    if kind not in _DOT_PRECISION:
+        raise ValueError(f"dot_precision: argument 'kind' must be one of {sorted(_DOT_PRECISION)}, got {kind!r}")
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dot_precision: argument 'dtype' must be float32, float16 or bfloat16, got {dtype}")
+    return _DOT_PRECISION[kind]["float32" if dtype == torch.float32 else "narrow"]
+
+
+@dataclass
+class RecordedLaunch:
+    """One launch the host code made inside ``recorded_launches``.
+
+    ``configs``: the meta-parameters the target launches with: the fixed
+    config (interpreter, Ascend) or every autotune config (CUDA), each a dict
+    that may hold ``num_warps``/``num_stages``.
+    """
+
+    kernel: "ConfiguredKernel"
+    target: str
+    grid: tuple
+    args: tuple
+    kwargs: dict
+    configs: list
+
+
+@dataclass
+class _Recording:
+    target: str
+    programs: int
+    launches: list = field(default_factory=list)
+
+
+_recording: _Recording | None = None
+
+
+@contextlib.contextmanager
+def recorded_launches(as_target: str, programs: int):
+    """Run the ops' host code on CPU tensors as on ``as_target`` ("cuda" or "npu"); yield the launches.
+
+    ``target()`` answers ``as_target`` for CPU tensors, grids are sized for
+    ``programs`` programs, and ``ConfiguredKernel.launch`` records a
+    ``RecordedLaunch`` and returns without running anything (outputs stay
+    uninitialised). ``TRITON_INTERPRET=1`` is set meanwhile only so that the
+    backend selection accepts CPU tensors: the kernel modules must be imported
+    before (a ``@triton.jit`` decorated under it would be an interpreted function).
+    """
+    global _recording
+    if as_target not in ("cuda", "npu"):
+        raise ValueError(f"recorded_launches: argument 'as_target' must be 'cuda' or 'npu', got {as_target!r}")
+    if _recording is not None:
+        raise RuntimeError("recorded_launches: already recording")
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    _recording = _Recording(as_target, programs)
+    try:
+        yield _recording.launches
+    finally:
+        _recording = None
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
 def target(device: torch.device) -> str:
     """"interpreter", "cuda" or "npu" for tensors on ``device``."""
+    if device.type == "cpu" and _recording is not None:
+        return _recording.target
     if device.type == "cpu":
         if not triton_interpreting():
             raise RuntimeError("Triton kernels on CPU tensors need TRITON_INTERPRET=1")
@@ -67,7 +164,7 @@ def _device_programs(kind: str, index: int) -> int:
 def grid_size(device: torch.device, n_items: int) -> int:
     """Programs of a persistent grid over ``n_items`` work items on ``device``."""
     kind = target(device)
-    programs = _device_programs(kind, device.index or 0)
+    programs = _recording.programs if _recording is not None else _device_programs(kind, device.index or 0)
     return max(1, min(n_items, programs, MAX_GRID))
 
 
@@ -96,7 +193,12 @@ class ConfiguredKernel:
     def launch(self, device: torch.device, n_items: int, *args, shape: dict | None = None, **kwargs):
         """Launch on a persistent 1-D grid. ``shape`` feeds the fixed-config chooser."""
         grid = (grid_size(device, n_items),)
-        if target(device) == "cuda" and self.cuda_configs:
+        autotuned = target(device) == "cuda" and bool(self.cuda_configs)
+        if _recording is not None:
+            configs = [dict(c) for c in self.cuda_configs] if autotuned else [self.fixed(**(shape or {}))]
+            _recording.launches.append(RecordedLaunch(self, _recording.target, grid, args, kwargs, configs))
+            return None
+        if autotuned:
             return self._autotuned[grid](*args, **kwargs)
         return self.kernel[grid](*args, **self.fixed(**(shape or {})), **kwargs)
 

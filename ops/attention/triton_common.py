@@ -23,7 +23,8 @@ dot. ``attend_new`` streams the request's new keys/values straight from
 scores in float32 (base-2 exponent, the softmax scale times log2(e) folded
 into one multiply), running max ``m``, running sum ``l`` and the unnormalised
 output ``acc`` in float32. ``P`` is cast to the value dtype for the second
-dot (as in flash attention); float32 inputs use IEEE float32 dots.
+dot (as in flash attention). Every dot passes ``DOT_PRECISION``, the host's
+``_triton.dot_precision`` for the query dtype (IEEE for float32 inputs).
 
 Ascend unified buffer, bytes per buffer of one loop iteration
 (``ascend_tile_bytes``; e = element bytes of the query dtype): Q tile
@@ -249,7 +250,6 @@ class Geometry:
     block_d: int
     decode_m: int
     elem_bytes: int
-    dot_precision: str | None
 
     @classmethod
     def of(cls, query: torch.Tensor, num_kv_heads: int) -> "Geometry":
@@ -257,10 +257,7 @@ class Geometry:
         group = hq // num_kv_heads
         g_p2 = triton.next_power_of_2(group)
         return cls(hq, num_kv_heads, d, group, g_p2, triton.next_power_of_2(d), max(16, g_p2),
-                   query.element_size(),
-                   # float32 inputs: IEEE dots (CUDA's default tf32 would miss the float32
-                   # tolerance). Others: the backend's default (Ascend allows no "tf32").
-                   "ieee" if query.dtype == torch.float32 else None)
+                   query.element_size())
 
 
 def ascend_tile_bytes(rows: int, block_n: int, block_d: int, elem_bytes: int, int8: bool) -> int:

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton import configured, grid_size, target
+from .._triton import configured, dot_precision, grid_size, target
 from .triton_common import (CUDA_CONFIGS, LOG2E, Geometry, decode_item, fixed_config, rows_view,
                             scale_pointers, store_normalized)
 
@@ -153,7 +153,8 @@ def paged_decode_attention(*, query, key_cache, value_cache, block_tables, seq_l
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         shape=dict(rows=geo.decode_m, block_d=geo.block_d, elem_bytes=geo.elem_bytes, int8=int8,
                    device_kind=target(device)),
-        DECODE_M=geo.decode_m, BLOCK_D=geo.block_d, INT8=int8, PARTIAL=partial, DOT_PRECISION=geo.dot_precision,
+        DECODE_M=geo.decode_m, BLOCK_D=geo.block_d, INT8=int8, PARTIAL=partial,
+        DOT_PRECISION=dot_precision(target(device), query.dtype),
     )
     if partial:
         _merge_splits_kernel.launch(

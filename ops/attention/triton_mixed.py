@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton import configured, target
+from .._triton import configured, dot_precision, target
 from .triton_common import (CUDA_CONFIGS, LOG2E, Geometry, decode_item, fixed_config, prefill_item, prefill_rows,
                             given_or_own_units, rows_view, scale_pointers, store_normalized)
 
@@ -95,6 +95,6 @@ def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, 
         out.stride(0), out.stride(1), block_tables.stride(0), *key_cache.stride()[:3],
         shape=dict(rows=rows, block_d=geo.block_d, elem_bytes=geo.elem_bytes, int8=int8, device_kind=target(device)),
         DECODE_M=geo.decode_m, BLOCK_M=rows, G_P2=geo.g_p2, BLOCK_D=geo.block_d, INT8=int8,
-        DOT_PRECISION=geo.dot_precision,
+        DOT_PRECISION=dot_precision(target(device), query.dtype),
     )
     return out

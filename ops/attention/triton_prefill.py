@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton import configured, target
+from .._triton import configured, dot_precision, target
 from .triton_common import (CUDA_CONFIGS, LOG2E, Geometry, fixed_config, prefill_item, prefill_rows,
                             given_or_own_units, rows_view, scale_pointers)
 
@@ -97,6 +97,6 @@ def prefill_attention(*, query, key, value, cu_seqlens_q, key_cache=None, value_
         out.stride(0), out.stride(1), *cache_strides,
         shape=dict(rows=rows, block_d=geo.block_d, elem_bytes=geo.elem_bytes, int8=int8, device_kind=target(device)),
         HAS_CONTEXT=has_context, BLOCK_M=rows, G_P2=geo.g_p2, BLOCK_D=geo.block_d, INT8=int8, CAUSAL=bool(causal),
-        DOT_PRECISION=geo.dot_precision,
+        DOT_PRECISION=dot_precision(target(device), query.dtype),
     )
     return out

@@ -20,8 +20,8 @@ float32 (deterministic: no atomics) and rounds to x's dtype.
 Every weight tile is read once per block: an expert's weights are read
 ceil(pairs / BLOCK_M) times, and never for an expert with no pair.
 
-float32 inputs use IEEE dots (CUDA's default TF32 would miss the float32
-tolerance); other dtypes the backend's default. Ascend UB, bytes per buffer of
+Every dot passes ``DOT_PRECISION``, the host's ``_triton.dot_precision`` for
+x's dtype (IEEE for float32 inputs: CUDA's TF32 would miss the float32 tolerance). Ascend UB, bytes per buffer of
 kernel 1 with the fixed config (16 x 32 x 32): x tile 16*32 + two weight tiles
 2*32*32 elements, plus two float32 16x32 accumulators: 2560 * 2 + 4096 bytes =
 9 KiB in bfloat16, far below the 96 KiB of a double-buffered 192 KiB UB.
@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton import configured
+from .._triton import configured, dot_precision, target
 from .grouping import sort_by_expert
 
 # The smallest tl.dot dimension; also the block size of the fixed config.
@@ -168,7 +168,7 @@ def fused_experts(*, hidden_states, w13, w2, topk_weights, topk_ids):
     pairs, start, end, expert = expert_blocks(topk_ids.contiguous(), num_experts, block_m)
     n_pairs = pairs.numel()
     n_blocks = start.numel()
-    precision = "ieee" if x.dtype == torch.float32 else None
+    precision = dot_precision(target(x.device), x.dtype)
     act = torch.empty((n_pairs, inter), dtype=x.dtype, device=x.device)
     # The kernels count their work items with their own BLOCK_N; the grid is
     # sized with the smallest BLOCK_N of any config (32), an upper bound.

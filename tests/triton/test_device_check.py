@@ -80,3 +80,24 @@ def test_shell_wrapper_with_worker_processes(tmp_path):
     assert {c["op"] for c in result["checks"]} == set(ops.split(","))
     assert all(c["ok"] for c in result["checks"])
     assert (tmp_path / "device_check.log").read_text().count("fused_gdn_gating") >= 3
+
+
+def test_warm_up_slices_cover_every_config_once():
+    """The warm-up workers of one op compile disjoint shares of each autotune list, together all of it."""
+    from qwen_ops.ops.conv import triton as conv_triton
+
+    kernel = conv_triton._causal_conv1d_fn_kernel  # 12 configs
+    everything = list(kernel.cuda_configs)
+    try:
+        shares = []
+        for i in range(5):
+            device_check.set_autotuning([kernel], full=True, config_slice=(i, 5))
+            shares.append(list(kernel.cuda_configs))
+        assert sorted(map(repr, sum(shares, []))) == sorted(map(repr, everything))
+        device_check.set_autotuning([kernel], full=True, config_slice=(20, 21))  # an empty share: the first
+        assert kernel.cuda_configs == everything[:1]
+        device_check.set_autotuning([kernel], full=False)
+        assert kernel.cuda_configs == everything[:1]
+    finally:
+        device_check.set_autotuning([kernel], full=True)
+    assert kernel.cuda_configs == everything
