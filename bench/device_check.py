@@ -686,9 +686,9 @@ def parallel_checks(args, report):
             while pending or running:
                 while pending and len(running) < args.jobs:
                     op, i = pending.pop(0)
-                    name = f"{op}.{i}"
-                    out = os.path.join(tmp, f"{name}.json")
-                    log = open(os.path.join(tmp, f"{name}.log"), "w+")
+                    name = op if slices == 1 else f"{op} (configs {i}/{slices})"
+                    out = os.path.join(tmp, f"{op}.{i}.json")
+                    log = open(os.path.join(tmp, f"{op}.{i}.log"), "w+")
                     share = ["--config-slice", f"{i}/{slices}"] + (["--no-correctness"] if i else [])
                     proc = subprocess.Popen(base + ["--ops", op, "--json", out] + share, stdout=log,
                                             stderr=subprocess.STDOUT)

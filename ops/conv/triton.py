@@ -43,8 +43,10 @@ def _fn_fixed(**_shape) -> dict:
 
 @configured(
     fixed=_fn_fixed,
+    # Not 64 x 256 with 4 warps: 128 float32 accumulators per thread spill 1.6-9.9 KB on sm_90
+    # (bench/toolchains/sm90_check.py --all); the same tile with 8 warps spills under 300 bytes.
     cuda_configs=[{"BLOCK_T": bt, "BLOCK_C": bc, "num_warps": w}
-                  for bt in (32, 64) for bc in (64, 128, 256) for w in (4, 8)],
+                  for bt in (32, 64) for bc in (64, 128, 256) for w in (4, 8) if (bt, bc, w) != (64, 256, 4)],
     key=["C", "KW"],
     restore_value=["conv_states"],
 )
