@@ -223,6 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--all", action="store_true", help="every launch variant in every autotune config (bench mode)")
     p.add_argument("--variants", action="store_true", help="the first config of every launch variant")
     p.add_argument("--kernels", default="", help="comma-separated kernel names to compile (default: all)")
+    p.add_argument("--exclude", default="", help="comma-separated kernel names to leave out (each must exist)")
     p.add_argument("--markdown", default=None, help="write the per-config table to this file ('-': stdout)")
     p.add_argument("--quiet", action="store_true", help="no line per compiled config")
     args = p.parse_args(argv)
@@ -233,7 +234,8 @@ def main(argv=None) -> int:
     import triton
 
     t0 = time.perf_counter()
-    launches = triton_launches.only_kernels(triton_launches.enumerate_launches("cuda"), args.kernels)
+    launches = triton_launches.only_kernels(triton_launches.enumerate_launches("cuda"), args.kernels,
+                                          args.exclude)
     n_kernels = len({launch.name for launch in launches})
     mode = ("every variant x config" if args.all else "first config of every variant" if args.variants else
             "CI mode: first variant and config of each kernel")

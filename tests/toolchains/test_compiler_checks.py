@@ -55,23 +55,16 @@ KNOWN_OVER_SPILL_LIMIT = ("_chunk_prep_kernel", "_chunk_state_kernel")
 
 @pytest.mark.timeout(1500)
 def test_sm90_ci_mode_compiles_every_kernel(sm90):
-    probe = subprocess.run([sys.executable, "-c", "import triton_launches as t; "
-                            "print(','.join(sorted({l.name for l in t.enumerate_launches('cuda')})))"],
-                           cwd=TOOLCHAINS, env=_env(), capture_output=True, text=True, timeout=600)
-    assert probe.returncode == 0, probe.stderr[-3000:]
-    names = probe.stdout.strip().splitlines()[-1].split(",")
-    assert len(names) >= 14, names
-    assert set(KNOWN_OVER_SPILL_LIMIT) <= set(names), names
-    checked = [n for n in names if n not in KNOWN_OVER_SPILL_LIMIT]
     print(f"sm_90 CI mode leaves out {', '.join(KNOWN_OVER_SPILL_LIMIT)}: over the spill limit (issue 22 open)")
     start = time.time()
-    out = subprocess.run([sys.executable, "sm90_check.py", "--quiet", "--kernels", ",".join(checked)],
+    # --exclude raises on a name no launch has, so a renamed chunk kernel cannot drop out silently.
+    out = subprocess.run([sys.executable, "sm90_check.py", "--quiet", "--exclude", ",".join(KNOWN_OVER_SPILL_LIMIT)],
                          cwd=TOOLCHAINS, env=_env(), capture_output=True, text=True, timeout=1400)
     print(out.stdout[-6000:], f"\n(sm_90 CI mode took {time.time() - start:.0f} s)")
     summary = [line for line in out.stdout.splitlines() if line.startswith("sm_90: ")]
     assert summary, out.stdout[-3000:] + out.stderr[-3000:]
     kernels, total = summary[0].split()[1].split("/")
-    assert int(total) == len(checked) and kernels == total, summary[0]
+    assert int(total) >= 14 - len(KNOWN_OVER_SPILL_LIMIT) and kernels == total, summary[0]
     assert out.returncode == 0, out.stdout[-3000:]
 
 
