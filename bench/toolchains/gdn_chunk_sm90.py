@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 SM90_SHARED_LIMIT = 227 * 1024
+# The inverse of the chunk's triangular matrix is float32 on purpose (its error reaches every w and u row):
+# no tensor-core instructions are expected there.
+FLOAT32_KERNELS = {"_chunk_solve_kernel"}
 DTYPES = {"bf16": "bf16", "fp16": "fp16"}
 
 
@@ -52,17 +55,20 @@ def _variants(shape, dtype: str):
     gains = {"chunk_decay_ws": "*fp32", "q_gain_ws": "*fp32", "k_gain_ws": "*fp32", "aqk_ws": f"*{dtype}"}
     qk_strides = {"stride_q_t": "i32", "stride_q_h": "i32", "stride_k_t": "i32", "stride_k_h": "i32"}
     prep_sig = {"q": f"*{dtype}", "k": f"*{dtype}", "g": "*fp32", "beta": f"*{dtype}", "chunks": "*i32", **gains,
-                "tk_ws": f"*{dtype}", "tv_ws": f"*{dtype}", "scale": "fp32", "n_chunks": "i32", **qk_strides,
+                "a_ws": "*fp32", "w_gain_ws": "*fp32", "scale": "fp32", "n_chunks": "i32", **qk_strides,
                 "stride_g_t": "i32", "stride_b_t": "i32"}
     wu_sig = {"k": f"*{dtype}", "v": f"*{dtype}", "chunks": "*i32", "tk_ws": f"*{dtype}", "tv_ws": f"*{dtype}",
               "w_ws": f"*{dtype}", "u_ws": "*fp32", "n_chunks": "i32", "stride_k_t": "i32", "stride_k_h": "i32",
               "stride_v_t": "i32", "stride_v_h": "i32"}
+    solve_sig = {"beta": f"*{dtype}", "chunks": "*i32", "a_ws": "*fp32", "w_gain_ws": "*fp32",
+                 "tk_ws": f"*{dtype}", "tv_ws": f"*{dtype}", "n_chunks": "i32", "stride_b_t": "i32"}
     state_sig = {"q": f"*{dtype}", "k": f"*{dtype}", "o": f"*{dtype}", "chunks": "*i32", "seq_chunks": "*i32",
                  **gains, "w_ws": f"*{dtype}", "u_ws": "*fp32", "state_in": "*fp32", "final": "*fp32",
                  "read_rows": "*i32", "write_rows": "*i32", "n_seqs": "i32", **qk_strides}
-    prep, wu, state = tc._chunk_prep_kernel, tc._chunk_wu_kernel, tc._chunk_state_kernel
+    prep, solve, wu, state = tc._chunk_prep_kernel, tc._chunk_solve_kernel, tc._chunk_wu_kernel, tc._chunk_state_kernel
     return [
         (prep.kernel, prep.cuda_configs, prep_sig, dict(heads, L2NORM=True, EPS=L2NORM_EPS)),
+        (solve.kernel, solve.cuda_configs, solve_sig, dict(HV=hv, BT=CHUNK)),
         (wu.kernel, wu.cuda_configs, wu_sig, dict(heads, DV=dv)),
         (state.kernel, state.cuda_configs, state_sig,
          dict(heads, DV=dv, BLOCK_K=tile(dk), POOL=True, STORE_FINAL=False)),
@@ -134,13 +140,13 @@ def main() -> int:
                 configs = args.configs or configs
                 for config in configs[:1] if args.first else configs:
                     r = _compile_one(fn, signature, constexprs, config)
-                    ok = r["spill"] == 0 and r["mma"] > 0 and r["shared"] <= SM90_SHARED_LIMIT and r["seconds"] <= 30
+                    ok = r["spill"] == 0 and (r["mma"] > 0 or fn.__name__ in FLOAT32_KERNELS) and r["shared"] <= SM90_SHARED_LIMIT and r["seconds"] <= 30
                     bad += not ok
                     cfg = ",".join(f"{k}={v}" for k, v in config.items())
                     print(f"{fn.__name__:22} {shape_name:14} {dtype:5} {cfg:34} {r['regs']:4} {r['spill']:6} "
                           f"{r['shared']:7} {r['mma']:5} {r['fma']:6} {r['seconds']:6.1f}{'' if ok else '  !'}",
                           flush=True)
-    print(f"sm_90 GDN chunk: {bad} config(s) with spills, no mma, shared over 227 KB or compile over 30 s")
+    print(f"sm_90 GDN chunk: {bad} config(s) with spills, no mma (where expected), shared over 227 KB or compile over 30 s")
     return 1 if bad else 0
 
 

@@ -94,53 +94,52 @@ def _inverse_norm(sq, L2NORM: tl.constexpr, EPS: tl.constexpr):
 
 
 @triton.jit
-def _split_dot(a, b, DOT: tl.constexpr):
-    """``a @ b`` for float32 ``a``, ``b`` to about 16 significant bits on 16-bit tensor cores.
+def _unit_lower_inverse_block(a):
+    """``(I + a)^-1`` for a strictly lower triangular float32 [SUB, SUB] tile, by forward substitution.
 
-    Each operand is split into a ``DOT`` head and the ``DOT`` rounding of the
-    rest; the three products that matter are summed in float32 (the
-    lo x lo term is below the result's precision). For ``DOT`` = float32 it
-    is one float32 dot. Used where the inverse is formed, whose error every
-    w and u row inherits.
+    Row r is ``e_r - sum_{c<r} a[r, c] inv[c, :]``, one row per step, each
+    step on the whole tile with masks (Triton cannot index a row).
     """
-    if DOT == tl.float32:
-        return dot_f32_acc(a, b, DOT)
-    a_hi = a.to(DOT)
-    b_hi = b.to(DOT)
-    a_lo = a - a_hi.to(tl.float32)
-    b_lo = b - b_hi.to(tl.float32)
-    return dot_f32_acc(a_hi, b_hi, DOT) + (dot_f32_acc(a_hi, b_lo, DOT) + dot_f32_acc(a_lo, b_hi, DOT))
+    i = tl.arange(0, SUB)[:, None]
+    j = tl.arange(0, SUB)[None, :]
+    eye = tl.where(i == j, 1.0, 0.0)
+    inv = eye
+    for r in tl.static_range(1, SUB):
+        coeffs = tl.sum(tl.where(i == r, a, 0.0), axis=0)
+        combined = tl.sum(coeffs[:, None] * inv, axis=0)
+        inv = tl.where(i == r, eye - combined[None, :], inv)
+    return inv
 
 
 @triton.jit
-def _unit_lower_inverse(a, BT: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr):
-    """``(I + a)^-1`` for a strictly lower triangular float32 [BT, BT] tile ``a`` (BT = 4 SUB); float32 result.
+def _dot32(a, b):
+    """A float32 product of two 16 x 16 blocks of the inverse, whose error every w and u row inherits."""
+    return dot_f32_acc(a, b, tl.float32)
 
-    With ``D`` the block diagonal of ``I + a`` (SUB x SUB blocks) and ``L``
-    the blocks below it, ``I + a = D (I + N)`` with ``N = D^-1 L`` strictly
-    block lower, so ``N^4 = 0`` and
-    ``(I + a)^-1 = (I - N)(I + N^2) D^-1 = Y - N Y`` with ``Y = D^-1 + N^2 D^-1``:
-    four dots of whole tiles, no sequential block rows.
-    """
-    tl.static_assert(BT == 4 * SUB, "N^4 = 0 needs exactly four diagonal blocks")
-    i = tl.arange(0, BT)[:, None]
-    j = tl.arange(0, BT)[None, :]
-    same_block = (i // SUB) == (j // SUB)
-    eye = tl.where(i == j, 1.0, 0.0)
-    diag = tl.where(same_block, a, 0.0)
-    d_inv = eye
-    # D^-1, block by block at once: row r of each block is e_r - sum_{c<r} diag[r, c] d_inv[c, :].
-    # Blocks occupy disjoint columns, so the four rows r, 16 + r, ... fold
-    # into one vector (reduce over rows) and their products with the
-    # block-diagonal inverse into another (reduce over columns) without mixing.
-    for r in tl.static_range(1, SUB):
-        row_r = (i % SUB) == r
-        coeffs = tl.sum(tl.where(row_r, diag, 0.0), axis=0)
-        combined = tl.sum(coeffs[:, None] * d_inv, axis=0)
-        d_inv = tl.where(row_r & same_block, eye - combined[None, :], d_inv)
-    n = _split_dot(d_inv, tl.where(same_block, 0.0, a), DOT)
-    y = d_inv + _split_dot(_split_dot(n, n, DOT), d_inv, DOT)
-    return y - _split_dot(n, y, DOT)
+
+@triton.jit
+def _load_block(ws, start, length, head, R: tl.constexpr, C: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr):
+    """Block (R, C) [SUB, SUB] of a chunk's [BT, BT] rows in a [T * HV, BT] float32 workspace (rows past it: 0)."""
+    rows = tl.arange(0, SUB) + R * SUB  # tensor first: the interpreter keeps constexpr + tensor a constexpr
+    return _load_rows(ws, (start + rows) * HV + head, rows < length, BT, tl.arange(0, SUB) + C * SUB, BT)
+
+
+@triton.jit
+def _store_factored(tk_ws, tv_ws, t, w_gain, beta, start, length, head, R: tl.constexpr, C: tl.constexpr,
+                    HV: tl.constexpr, BT: tl.constexpr):
+    """``t diag(w_gain)`` and ``t diag(beta)`` into block (R, C) of a chunk's rows of two [T * HV, BT] workspaces."""
+    rows = tl.arange(0, SUB) + R * SUB  # tensor first: the interpreter keeps constexpr + tensor a constexpr
+    ws_row = (start + rows) * HV + head
+    cols = tl.arange(0, SUB) + C * SUB
+    _store_rows(tk_ws, ws_row, rows < length, cols, BT, t * w_gain[None, :])
+    _store_rows(tv_ws, ws_row, rows < length, cols, BT, t * beta[None, :])
+
+
+@triton.jit
+def _load_block_gain(ptr, start, length, head, stride_t, C: tl.constexpr):
+    """A per-row float32 factor (``ptr[token * stride_t + head]``) over the rows of block C (rows past the chunk: 0)."""
+    rows = tl.arange(0, SUB) + C * SUB
+    return tl.load(ptr + (start + rows) * stride_t + head, mask=rows < length, other=0.0).to(tl.float32)
 
 
 def _prep_fixed(**_shape) -> dict:
@@ -155,7 +154,7 @@ def _prep_fixed(**_shape) -> dict:
 )
 @triton.jit
 def _chunk_prep_kernel(
-    q, k, g, beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, tk_ws, tv_ws,
+    q, k, g, beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, a_ws, w_gain_ws,
     scale, n_chunks,
     stride_q_t, stride_q_h, stride_k_t, stride_k_h, stride_g_t, stride_b_t,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
@@ -204,11 +203,67 @@ def _chunk_prep_kernel(
         tl.store(q_gain_ws + ws_row, scale * tl.exp(gcum) * q_inv_norm, mask=row_ok)
         tl.store(k_gain_ws + ws_row, tl.exp(g_last - gcum) * k_inv_norm, mask=row_ok)
         tl.store(chunk_decay_ws + chunk * HV + head, tl.exp(g_last))
-        inv = _unit_lower_inverse(a, BT, SUB, DOT)
-        # Tinv with the column factors of w = Tinv diag(beta Gam / |k|) k and u = Tinv diag(beta) v,
-        # in the dot dtype: the w/u launch multiplies them by k and v as loaded.
-        _store_rows(tk_ws, ws_row, row_ok, rows, BT, inv * (beta_row * tl.exp(gcum) * k_inv_norm)[None, :])
-        _store_rows(tv_ws, ws_row, row_ok, rows, BT, inv * beta_row[None, :])
+        _store_rows(a_ws, ws_row, row_ok, rows, BT, a)
+        tl.store(w_gain_ws + ws_row, beta_row * tl.exp(gcum) * k_inv_norm, mask=row_ok)
+
+
+def _solve_fixed(**_shape) -> dict:
+    return {}
+
+
+# 16 x 16 float32 tiles: 4 or 8 warps spread each block's reductions (1 or 2 warps spill on sm_90).
+@configured(fixed=_solve_fixed, cuda_configs=[{"num_warps": 8}, {"num_warps": 4}], key=["HV"])
+@triton.jit
+def _chunk_solve_kernel(beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws, n_chunks, stride_b_t,
+                        HV: tl.constexpr, BT: tl.constexpr):
+    """Tinv = (I + A)^-1 per (chunk, value head) in 16 x 16 blocks, stored as Tinv diag(beta Gam / |k|) and Tinv diag(beta).
+
+    The diagonal blocks by forward substitution, those below by block forward
+    substitution ``Tinv[r, c] = -Tinv[r, r] sum_{c<=m<r} A[r, m] Tinv[m, c]``,
+    all in float32. Blocks above the diagonal are not written: the w/u launch
+    masks them.
+    """
+    tl.static_assert(BT == 4 * SUB, "the inverse is written for four diagonal blocks")
+    for item in tl.range(tl.program_id(0), n_chunks * HV, tl.num_programs(0)):
+        chunk = item // HV
+        head = item % HV
+        start = tl.load(chunks + 2 * chunk).to(tl.int64)
+        length = tl.load(chunks + 2 * chunk + 1) - tl.load(chunks + 2 * chunk)
+        t00 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 0, 0, HV, BT))
+        t11 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 1, 1, HV, BT))
+        t22 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 2, 2, HV, BT))
+        t33 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 3, 3, HV, BT))
+        a10 = _load_block(a_ws, start, length, head, 1, 0, HV, BT)
+        a21 = _load_block(a_ws, start, length, head, 2, 1, HV, BT)
+        a32 = _load_block(a_ws, start, length, head, 3, 2, HV, BT)
+        t10 = -_dot32(t11, _dot32(a10, t00))
+        t21 = -_dot32(t22, _dot32(a21, t11))
+        t32 = -_dot32(t33, _dot32(a32, t22))
+        a20 = _load_block(a_ws, start, length, head, 2, 0, HV, BT)
+        t20 = -_dot32(t22, _dot32(a20, t00) + _dot32(a21, t10))
+        a31 = _load_block(a_ws, start, length, head, 3, 1, HV, BT)
+        t31 = -_dot32(t33, _dot32(a31, t11) + _dot32(a32, t21))
+        a30 = _load_block(a_ws, start, length, head, 3, 0, HV, BT)
+        t30 = -_dot32(t33, _dot32(a30, t00) + _dot32(a31, t10) + _dot32(a32, t20))
+        # The column factors of each column block c, then the ten blocks of Tinv diag(w_gain) and Tinv diag(beta).
+        wg0 = _load_block_gain(w_gain_ws, start, length, head, HV, 0)
+        wg1 = _load_block_gain(w_gain_ws, start, length, head, HV, 1)
+        wg2 = _load_block_gain(w_gain_ws, start, length, head, HV, 2)
+        wg3 = _load_block_gain(w_gain_ws, start, length, head, HV, 3)
+        bg0 = _load_block_gain(beta, start, length, head, stride_b_t, 0)
+        bg1 = _load_block_gain(beta, start, length, head, stride_b_t, 1)
+        bg2 = _load_block_gain(beta, start, length, head, stride_b_t, 2)
+        bg3 = _load_block_gain(beta, start, length, head, stride_b_t, 3)
+        _store_factored(tk_ws, tv_ws, t00, wg0, bg0, start, length, head, 0, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t10, wg0, bg0, start, length, head, 1, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t20, wg0, bg0, start, length, head, 2, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t30, wg0, bg0, start, length, head, 3, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t11, wg1, bg1, start, length, head, 1, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t21, wg1, bg1, start, length, head, 2, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t31, wg1, bg1, start, length, head, 3, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t22, wg2, bg2, start, length, head, 2, 2, HV, BT)
+        _store_factored(tk_ws, tv_ws, t32, wg2, bg2, start, length, head, 3, 2, HV, BT)
+        _store_factored(tk_ws, tv_ws, t33, wg3, bg3, start, length, head, 3, 3, HV, BT)
 
 
 def _wu_fixed(**_shape) -> dict:
@@ -241,12 +296,14 @@ def _chunk_wu_kernel(
         row_ok = rows < tl.load(chunks + 2 * chunk + 1) - tl.load(chunks + 2 * chunk)
         tok = start + rows
         ws_row = tok * HV + head
-        t_k = _load_rows(tk_ws, ws_row, row_ok, BT, rows, BT)
+        # Blocks above the diagonal were not written (Tinv is lower triangular): masked to 0.
+        lower = row_ok[:, None] & (rows[None, :] <= rows[:, None])
+        t_k = tl.load(tk_ws + ws_row[:, None] * BT + rows[None, :], mask=lower, other=0.0)
         for k0 in tl.static_range(0, DK, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
             k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
             _store_rows(w_ws, ws_row, row_ok, cols, DK, dot_f32_acc(t_k, k_blk, DOT))
-        t_v = _load_rows(tv_ws, ws_row, row_ok, BT, rows, BT)
+        t_v = tl.load(tv_ws + ws_row[:, None] * BT + rows[None, :], mask=lower, other=0.0)
         for v0 in tl.static_range(0, DV, BLOCK_V):
             cols = v0 + tl.arange(0, BLOCK_V)
             v_blk = _load_rows(v_base, tok, row_ok, stride_v_t, cols, DV)
@@ -261,7 +318,10 @@ def _state_fixed(*, dk: int) -> dict:
 
 @configured(
     fixed=_state_fixed,
-    cuda_configs=[{"BLOCK_V": 32, "num_warps": 4}, {"BLOCK_V": 64, "num_warps": 4}, {"BLOCK_V": 64, "num_warps": 8}],
+    # S [Dk, BLOCK_V] float32 plus its rounded copy stay in registers: BLOCK_V = 64 needs 8 warps to fit
+    # (4 warps sit at the 255-register limit); 16 gives more programs to a single long sequence.
+    cuda_configs=[{"BLOCK_V": 16, "num_warps": 4}, {"BLOCK_V": 32, "num_warps": 4}, {"BLOCK_V": 32, "num_warps": 8},
+                  {"BLOCK_V": 64, "num_warps": 8}],
     key=["HV", "DK", "DV"],
     restore_value=["state_in"],
 )
@@ -354,6 +414,8 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     q_gain_ws = torch.empty((total, hv), **f32)
     k_gain_ws = torch.empty((total, hv), **f32)
     aqk_ws = torch.empty((total, hv, CHUNK), **dot_dtype)
+    a_ws = torch.empty((total, hv, CHUNK), **f32)
+    w_gain_ws = torch.empty((total, hv), **f32)
     tk_ws = torch.empty((total, hv, CHUNK), **dot_dtype)
     tv_ws = torch.empty((total, hv, CHUNK), **dot_dtype)
     w_ws = torch.empty((total, hv, dk), **dot_dtype)
@@ -365,10 +427,12 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     if n_chunks > 0:
         _chunk_prep_kernel.launch(
             q.device, n_chunks * hv,
-            rows.q, rows.k, rows.g, rows.beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, tk_ws, tv_ws,
+            rows.q, rows.k, rows.g, rows.beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, a_ws, w_gain_ws,
             float(scale), n_chunks, *qk_strides, rows.g.stride(0), rows.beta.stride(0),
             L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS, **heads,
         )
+        _chunk_solve_kernel.launch(q.device, n_chunks * hv, rows.beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws,
+                                   n_chunks, rows.beta.stride(0), HV=hv, BT=CHUNK)
         _chunk_wu_kernel.launch(
             q.device, n_chunks * hv,
             rows.k, rows.v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks, *qk_strides[2:], *v_strides, DV=dv, **heads,
