@@ -2,7 +2,7 @@
 
 The algorithm is the one of ``ops/gdn/reference_chunk.py``. Within a chunk of L <= 64
 tokens of one (sequence, value head), with ``G`` the inclusive cumulative sum
-of g and ``Gam = exp(G)``:
+of g, ``Gam = exp(G)`` and k, q the (l2-normalised when asked) rows:
 
 * ``A[i, j] = beta_i (k_i . k_j) exp(G_i - G_j)`` for j < i (else 0), and
   ``Tinv = (I + A)^-1``, unit lower triangular;
@@ -15,33 +15,48 @@ of g and ``Gam = exp(G)``:
 Two launches, each on a persistent grid:
 
 1. ``_chunk_prep_kernel``, one item per (chunk, value head), all in
-   parallel: G, A and Aqk (tiled over Dk), the inverse, then w and u (tiled
-   over Dk and Dv), written to float32 workspaces.
+   parallel: G, A (in 16 x 16 blocks) and Aqk (one 64 x 64 tile), the
+   inverse, then w and u, written to workspaces, with the per-row factors the
+   second launch needs (``scale Gam / |q|`` and ``exp(G_L - G) / |k|``) and the
+   chunk's decay ``exp(G_L)``.
 2. ``_chunk_state_kernel``, one item per (sequence, value head, Dv block):
    walks the sequence's chunks in order with S [Dk, BLOCK_V] in registers,
    producing that chunk's outputs and the next state. Outputs are computed
    here rather than in a third launch so no per-chunk state has to be stored
    (for 8k tokens, 32 heads and 128 x 128 states that would be 268 MB).
 
-The inverse of the 64 x 64 unit lower triangular matrix works on the whole
-tile with masks (Triton cannot slice a register tile): first the four 16 x 16
-diagonal blocks by forward substitution, one row of every block per step (16
-steps), then block forward substitution for the blocks below the diagonal,
-one block row at a time with two 64 x 64 ``tl.dot`` (3 steps).
+Precision (as fla's chunk kernels): every ``tl.dot`` takes its operands in
+the model's dtype and accumulates in float32 (``dot_f32_acc``): tensor cores
+for bfloat16/float16, full float32 products for float32 inputs. Everything
+else (gates, exp, cumulative sums, l2 norms, the inverse, the state S) is
+float32. The dots read the raw q, k, v (exact in their dtype); the float32
+row and column factors (beta, decays, 1/|k|, 1/|q|, scale) are applied to the
+other operand or to the float32 product, so what is rounded to the model's
+dtype is only: Tinv with its column factors, w and Aqk (stored in the model's
+dtype), S, v_new and its row factors. The inverse is float32 throughout
+(float32 dots on 16 x 16 blocks).
 
-All dots take float32 operands with ``input_precision="ieee"`` (no TF32 on
-CUDA), so the result follows the float32 reference to float32 rounding.
+The inverse works on 16 x 16 blocks held as separate tiles (Triton cannot
+slice a register tile): A's ten lower blocks come straight from dots of
+16-row blocks of k; each diagonal block is inverted by forward substitution
+(one row per step, 15 steps, the whole tile with masks), the blocks below by
+block forward substitution ``Tinv[r, c] = -Tinv[r, r] sum_{c<=m<r} A[r, m] Tinv[m, c]``.
+w and u are formed block row by block row. Small tiles keep the prep kernel's
+registers far from spilling.
 
-Ascend UB, bytes per buffer (float32 tiles, fixed config BLOCK_K = 64, BLOCK_V = 32):
-* prep: A, Aqk and Tinv 64 x 64 (16 KiB each) plus the q and k blocks
-  64 x BLOCK_K (16 KiB each) and a 64 x 64 temporary of the inverse:
-  about 96 KiB at its peak, the limit of a double-buffered 192 KiB UB.
-* state: S Dk x BLOCK_V (16 KiB for Dk = 128), one 64 x Dk tile of w, q or k
-  live at a time (32 KiB for Dk = 128), Aqk (16 KiB) and three 64 x BLOCK_V
-  tiles (u, v_new, o: 24 KiB): about 88 KiB for Dk = 128. Dk = 256 doubles
-  the w/q/k tile (64 KiB), so the fixed config halves BLOCK_V to 16 there:
-  16 + 64 + 16 + 12 = 108 KiB, still over 96 KiB: Dk = 256 on Ascend needs the
-  Dk-wide tiles split (not done; Qwen3.5's GDN has Dk = 128).
+Ascend UB, bytes per buffer, float32 inputs (the worst case; 16-bit halves the
+q/k/v tiles), fixed config BLOCK_K = BLOCK_V = 64:
+* prep: the 64 x 64 Q K^T accumulator (16 KiB), the q and k tiles 64 x BLOCK_K
+  (16 KiB each) and the four 16-row k blocks (16 KiB), twenty 16 x 16 blocks
+  of A and Tinv (20 KiB): about 84 KiB at its peak, within a double-buffered
+  192 KiB UB.
+* state: S Dk x BLOCK_V (16 KiB for Dk = 128, BLOCK_V = 32) and its rounded
+  copy, one 64 x Dk tile of w, q or k live at a time (32 KiB for Dk = 128),
+  Aqk (16 KiB) and three 64 x BLOCK_V tiles (u, v_new, o: 24 KiB): about
+  104 KiB for Dk = 128 float32, 72 KiB for 16-bit inputs. Dk = 256 doubles the
+  w/q/k tile, so the fixed config halves BLOCK_V to 16 there; Dk = 256 on
+  Ascend still needs the Dk-wide tiles split (not done; Qwen3.5's GDN has
+  Dk = 128).
 """
 from __future__ import annotations
 
@@ -51,115 +66,248 @@ import triton.language as tl
 
 from .._triton import and_flag, configured
 from .chunk_table import CHUNK, prepare_chunk_indices
-from .triton_common import L2NORM_EPS, l2_normalize_rows, prepare_launch, tile
-SUB = 16  # diagonal block size of the inverse: the smallest tl.dot dimension
+from .triton_common import L2NORM_EPS, dot_f32_acc, prepare_launch, tile
+
+SUB = tl.constexpr(16)  # diagonal block size of the inverse: the smallest tl.dot dimension
 
 
 @triton.jit
-def _unit_lower_inverse(a, BT: tl.constexpr, SUB: tl.constexpr):
-    """``(I + a)^-1`` for a strictly lower triangular float32 [BT, BT] tile ``a``."""
-    i = tl.arange(0, BT)[:, None]
-    j = tl.arange(0, BT)[None, :]
-    same_block = (i // SUB) == (j // SUB)
+def _load_rows(base, tok, row_ok, stride_t, cols, D):
+    """``base[tok, cols]`` for token rows ``tok`` (rows outside the chunk and columns >= D read 0)."""
+    ok = row_ok[:, None] & (cols < D)[None, :]
+    return tl.load(base + tok[:, None] * stride_t + cols[None, :], mask=ok, other=0.0)
+
+
+@triton.jit
+def _store_rows(ws, ws_row, row_ok, cols, D, x):
+    """Rows ``ws_row`` of a [T * HV, D] workspace, converted to its dtype."""
+    ok = row_ok[:, None] & (cols < D)[None, :]
+    tl.store(ws + ws_row[:, None] * D + cols[None, :], x.to(ws.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _inverse_norm(sq, L2NORM: tl.constexpr, EPS: tl.constexpr):
+    """1 / sqrt(sum(x^2) + EPS) per row when l2-normalising in the kernel, else 1."""
+    if L2NORM:
+        return 1.0 / tl.sqrt(sq + EPS)
+    return tl.full(sq.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def _unit_lower_inverse_block(a):
+    """``(I + a)^-1`` for a strictly lower triangular float32 [SUB, SUB] tile, by forward substitution.
+
+    Row r is ``e_r - sum_{c<r} a[r, c] inv[c, :]``, one row per step, each
+    step on the whole tile with masks (Triton cannot index a row).
+    """
+    i = tl.arange(0, SUB)[:, None]
+    j = tl.arange(0, SUB)[None, :]
     eye = tl.where(i == j, 1.0, 0.0)
-    diag = tl.where(same_block, a, 0.0)
     inv = eye
-    # Diagonal blocks: row r of each block is e_r - sum_{c<r} diag[r, c] inv[c, :].
-    # Blocks occupy disjoint columns, so the four rows r, 16 + r, ... fold
-    # into one vector (reduce over rows) and their products with the
-    # block-diagonal inverse into another (reduce over columns) without mixing.
     for r in tl.static_range(1, SUB):
-        row_r = (i % SUB) == r
-        coeffs = tl.sum(tl.where(row_r, diag, 0.0), axis=0)
+        coeffs = tl.sum(tl.where(i == r, a, 0.0), axis=0)
         combined = tl.sum(coeffs[:, None] * inv, axis=0)
-        inv = tl.where(row_r & same_block, eye - combined[None, :], inv)
-    # Below the diagonal, block row b: inv[b, :b] = -inv[b, b] (a[b, :b] inv[:b, :b]).
-    diag_inv = inv
-    for b in tl.static_range(1, BT // SUB):
-        below = ((i // SUB) == b) & (j < b * SUB)
-        partial = tl.dot(tl.where(below, a, 0.0), inv, input_precision="ieee")
-        inv = tl.where(below, -tl.dot(diag_inv, partial, input_precision="ieee"), inv)
+        inv = tl.where(i == r, eye - combined[None, :], inv)
     return inv
 
 
+@triton.jit
+def _dot32(a, b):
+    """A float32 product of two 16 x 16 blocks of the inverse, whose error every w and u row inherits."""
+    return dot_f32_acc(a, b, tl.float32)
+
+
+@triton.jit
+def _load_block(ws, start, length, head, R: tl.constexpr, C: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr):
+    """Block (R, C) [SUB, SUB] of a chunk's [BT, BT] rows in a [T * HV, BT] float32 workspace (rows past it: 0)."""
+    rows = tl.arange(0, SUB) + R * SUB  # tensor first: the interpreter keeps constexpr + tensor a constexpr
+    return _load_rows(ws, (start + rows) * HV + head, rows < length, BT, tl.arange(0, SUB) + C * SUB, BT)
+
+
+@triton.jit
+def _store_factored(tk_ws, tv_ws, t, w_gain, beta, start, length, head, R: tl.constexpr, C: tl.constexpr,
+                    HV: tl.constexpr, BT: tl.constexpr):
+    """``t diag(w_gain)`` and ``t diag(beta)`` into block (R, C) of a chunk's rows of two [T * HV, BT] workspaces."""
+    rows = tl.arange(0, SUB) + R * SUB  # tensor first: the interpreter keeps constexpr + tensor a constexpr
+    ws_row = (start + rows) * HV + head
+    cols = tl.arange(0, SUB) + C * SUB
+    _store_rows(tk_ws, ws_row, rows < length, cols, BT, t * w_gain[None, :])
+    _store_rows(tv_ws, ws_row, rows < length, cols, BT, t * beta[None, :])
+
+
+@triton.jit
+def _load_block_gain(ptr, start, length, head, stride_t, C: tl.constexpr):
+    """A per-row float32 factor (``ptr[token * stride_t + head]``) over the rows of block C (rows past the chunk: 0)."""
+    rows = tl.arange(0, SUB) + C * SUB
+    return tl.load(ptr + (start + rows) * stride_t + head, mask=rows < length, other=0.0).to(tl.float32)
+
+
 def _prep_fixed(**_shape) -> dict:
-    # 64-wide Dk/Dv blocks: the 64 x 64 tiles bound the UB use (module doc).
-    return {"BLOCK_K": 64, "BLOCK_V": 64}
+    # 64-wide Dk blocks: the 64 x 64 tiles bound the UB use (module doc).
+    return {"BLOCK_K": 64}
 
 
 @configured(
     fixed=_prep_fixed,
-    cuda_configs=[{"BLOCK_K": bk, "BLOCK_V": bv, "num_warps": w} for bk in (32, 64) for bv in (32, 64) for w in (4, 8)],
-    key=["HV", "DK", "DV"],
+    cuda_configs=[{"BLOCK_K": 64, "num_warps": 4}, {"BLOCK_K": 128, "num_warps": 4}],
+    key=["HV", "DK"],
 )
 @triton.jit
 def _chunk_prep_kernel(
-    q, k, v, g, beta, chunks, gcum_ws, aqk_ws, w_ws, u_ws,
+    q, k, g, beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, a_ws, w_gain_ws,
     scale, n_chunks,
-    stride_q_t, stride_q_h, stride_k_t, stride_k_h, stride_v_t, stride_v_h, stride_g_t, stride_b_t,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BT: tl.constexpr, SUB: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    stride_q_t, stride_q_h, stride_k_t, stride_k_h, stride_g_t, stride_b_t,
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
+    BT: tl.constexpr, BLOCK_K: tl.constexpr,
     L2NORM: tl.constexpr, EPS: tl.constexpr,
 ):
+    DOT: tl.constexpr = q.dtype.element_ty
     rows = tl.arange(0, BT)
     i = rows[:, None]
     j = rows[None, :]
     for item in tl.range(tl.program_id(0), n_chunks * HV, tl.num_programs(0)):
         chunk = item // HV
         head = item % HV
-        key_head = head // (HV // HK)
+        q_base = q + (head // (HV // HK)) * stride_q_h
+        k_base = k + (head // (HV // HK)) * stride_k_h
         start = tl.load(chunks + 2 * chunk).to(tl.int64)
         length = tl.load(chunks + 2 * chunk + 1) - tl.load(chunks + 2 * chunk)
         row_ok = rows < length
         tok = start + rows  # int64 token index of each row
+        ws_row = tok * HV + head
         g_row = tl.load(g + tok * stride_g_t + head, mask=row_ok, other=0.0).to(tl.float32)
         beta_row = tl.load(beta + tok * stride_b_t + head, mask=row_ok, other=0.0).to(tl.float32)
         gcum = tl.cumsum(g_row, axis=0)
-        # K K^T and Q K^T over Dk blocks, with the squared row norms for the l2norm.
+        g_last = tl.sum(g_row, axis=0)  # G at the chunk's last row (rows past it add 0)
+        # K K^T and Q K^T of the raw rows over Dk blocks, with the squared row norms for the l2norm.
         kk = tl.zeros([BT, BT], dtype=tl.float32)
         qk = tl.zeros([BT, BT], dtype=tl.float32)
         k_sq = tl.zeros([BT], dtype=tl.float32)
         q_sq = tl.zeros([BT], dtype=tl.float32)
         for k0 in tl.static_range(0, DK, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
-            ok = row_ok[:, None] & (cols < DK)[None, :]
-            k_blk = tl.load(k + tok[:, None] * stride_k_t + key_head * stride_k_h + cols[None, :], mask=ok,
-                            other=0.0).to(tl.float32)
-            q_blk = tl.load(q + tok[:, None] * stride_q_t + key_head * stride_q_h + cols[None, :], mask=ok,
-                            other=0.0).to(tl.float32)
-            kk += tl.dot(k_blk, tl.trans(k_blk), input_precision="ieee")
-            qk += tl.dot(q_blk, tl.trans(k_blk), input_precision="ieee")
-            k_sq += tl.sum(k_blk * k_blk, axis=1)
-            q_sq += tl.sum(q_blk * q_blk, axis=1)
-        k_inv_norm = tl.full([BT], 1.0, tl.float32)
-        if L2NORM:
-            k_inv_norm = 1.0 / tl.sqrt(k_sq + EPS)
-            q_inv_norm = 1.0 / tl.sqrt(q_sq + EPS)
-            kk = kk * k_inv_norm[:, None] * k_inv_norm[None, :]
-            qk = qk * q_inv_norm[:, None] * k_inv_norm[None, :]
+            k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
+            q_blk = _load_rows(q_base, tok, row_ok, stride_q_t, cols, DK)
+            kk += dot_f32_acc(k_blk, tl.trans(k_blk), DOT)
+            qk += dot_f32_acc(q_blk, tl.trans(k_blk), DOT)
+            k_sq += tl.sum(k_blk.to(tl.float32) * k_blk.to(tl.float32), axis=1)
+            q_sq += tl.sum(q_blk.to(tl.float32) * q_blk.to(tl.float32), axis=1)
+        k_inv_norm = _inverse_norm(k_sq, L2NORM, EPS)
+        q_inv_norm = _inverse_norm(q_sq, L2NORM, EPS)
         # exp(G_i - G_j) only where j <= i: above the diagonal it could overflow.
         decay = tl.exp(tl.where(j <= i, gcum[:, None] - gcum[None, :], 0.0))
-        a = tl.where(j < i, kk * decay * beta_row[:, None], 0.0)
-        aqk = tl.where(j <= i, qk * decay * scale, 0.0)
-        inv = _unit_lower_inverse(a, BT, SUB)
-        tl.store(gcum_ws + tok * HV + head, gcum, mask=row_ok)
-        tl.store(aqk_ws + (tok * HV + head)[:, None] * BT + j, aqk, mask=row_ok[:, None])
-        # w = Tinv (beta Gam k) and u = Tinv (beta v), block by block.
-        k_weight = beta_row * tl.exp(gcum) * k_inv_norm
+        a = tl.where(j < i, kk * (beta_row * k_inv_norm)[:, None] * k_inv_norm[None, :] * decay, 0.0)
+        aqk = tl.where(j <= i, qk * (scale * q_inv_norm)[:, None] * k_inv_norm[None, :] * decay, 0.0)
+        _store_rows(aqk_ws, ws_row, row_ok, rows, BT, aqk)
+        # Row factors the state launch applies around its dots with the raw q and k.
+        tl.store(q_gain_ws + ws_row, scale * tl.exp(gcum) * q_inv_norm, mask=row_ok)
+        tl.store(k_gain_ws + ws_row, tl.exp(g_last - gcum) * k_inv_norm, mask=row_ok)
+        tl.store(chunk_decay_ws + chunk * HV + head, tl.exp(g_last))
+        _store_rows(a_ws, ws_row, row_ok, rows, BT, a)
+        tl.store(w_gain_ws + ws_row, beta_row * tl.exp(gcum) * k_inv_norm, mask=row_ok)
+
+
+def _solve_fixed(**_shape) -> dict:
+    return {}
+
+
+# 16 x 16 float32 tiles: 4 or 8 warps spread each block's reductions (1 or 2 warps spill on sm_90).
+@configured(fixed=_solve_fixed, cuda_configs=[{"num_warps": 8}, {"num_warps": 4}], key=["HV"])
+@triton.jit
+def _chunk_solve_kernel(beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws, n_chunks, stride_b_t,
+                        HV: tl.constexpr, BT: tl.constexpr):
+    """Tinv = (I + A)^-1 per (chunk, value head) in 16 x 16 blocks, stored as Tinv diag(beta Gam / |k|) and Tinv diag(beta).
+
+    The diagonal blocks by forward substitution, those below by block forward
+    substitution ``Tinv[r, c] = -Tinv[r, r] sum_{c<=m<r} A[r, m] Tinv[m, c]``,
+    all in float32. Blocks above the diagonal are not written: the w/u launch
+    masks them.
+    """
+    tl.static_assert(BT == 4 * SUB, "the inverse is written for four diagonal blocks")
+    for item in tl.range(tl.program_id(0), n_chunks * HV, tl.num_programs(0)):
+        chunk = item // HV
+        head = item % HV
+        start = tl.load(chunks + 2 * chunk).to(tl.int64)
+        length = tl.load(chunks + 2 * chunk + 1) - tl.load(chunks + 2 * chunk)
+        t00 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 0, 0, HV, BT))
+        t11 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 1, 1, HV, BT))
+        t22 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 2, 2, HV, BT))
+        t33 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 3, 3, HV, BT))
+        a10 = _load_block(a_ws, start, length, head, 1, 0, HV, BT)
+        a21 = _load_block(a_ws, start, length, head, 2, 1, HV, BT)
+        a32 = _load_block(a_ws, start, length, head, 3, 2, HV, BT)
+        t10 = -_dot32(t11, _dot32(a10, t00))
+        t21 = -_dot32(t22, _dot32(a21, t11))
+        t32 = -_dot32(t33, _dot32(a32, t22))
+        a20 = _load_block(a_ws, start, length, head, 2, 0, HV, BT)
+        t20 = -_dot32(t22, _dot32(a20, t00) + _dot32(a21, t10))
+        a31 = _load_block(a_ws, start, length, head, 3, 1, HV, BT)
+        t31 = -_dot32(t33, _dot32(a31, t11) + _dot32(a32, t21))
+        a30 = _load_block(a_ws, start, length, head, 3, 0, HV, BT)
+        t30 = -_dot32(t33, _dot32(a30, t00) + _dot32(a31, t10) + _dot32(a32, t20))
+        # The column factors of each column block c, then the ten blocks of Tinv diag(w_gain) and Tinv diag(beta).
+        wg0 = _load_block_gain(w_gain_ws, start, length, head, HV, 0)
+        wg1 = _load_block_gain(w_gain_ws, start, length, head, HV, 1)
+        wg2 = _load_block_gain(w_gain_ws, start, length, head, HV, 2)
+        wg3 = _load_block_gain(w_gain_ws, start, length, head, HV, 3)
+        bg0 = _load_block_gain(beta, start, length, head, stride_b_t, 0)
+        bg1 = _load_block_gain(beta, start, length, head, stride_b_t, 1)
+        bg2 = _load_block_gain(beta, start, length, head, stride_b_t, 2)
+        bg3 = _load_block_gain(beta, start, length, head, stride_b_t, 3)
+        _store_factored(tk_ws, tv_ws, t00, wg0, bg0, start, length, head, 0, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t10, wg0, bg0, start, length, head, 1, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t20, wg0, bg0, start, length, head, 2, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t30, wg0, bg0, start, length, head, 3, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t11, wg1, bg1, start, length, head, 1, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t21, wg1, bg1, start, length, head, 2, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t31, wg1, bg1, start, length, head, 3, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t22, wg2, bg2, start, length, head, 2, 2, HV, BT)
+        _store_factored(tk_ws, tv_ws, t32, wg2, bg2, start, length, head, 3, 2, HV, BT)
+        _store_factored(tk_ws, tv_ws, t33, wg3, bg3, start, length, head, 3, 3, HV, BT)
+
+
+def _wu_fixed(**_shape) -> dict:
+    # 64-wide Dk/Dv blocks, as the prep's tiles (module doc).
+    return {"BLOCK_K": 64, "BLOCK_V": 64}
+
+
+@configured(
+    fixed=_wu_fixed,
+    cuda_configs=[{"BLOCK_K": 64, "BLOCK_V": 64, "num_warps": 4}, {"BLOCK_K": 128, "BLOCK_V": 128, "num_warps": 4},
+                  {"BLOCK_K": 128, "BLOCK_V": 128, "num_warps": 8}],
+    key=["HV", "DK", "DV"],
+)
+@triton.jit
+def _chunk_wu_kernel(
+    k, v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks,
+    stride_k_t, stride_k_h, stride_v_t, stride_v_h,
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """w = (Tinv diag(beta Gam / |k|)) k and u = (Tinv diag(beta)) v per (chunk, value head), over Dk and Dv blocks."""
+    DOT: tl.constexpr = k.dtype.element_ty
+    rows = tl.arange(0, BT)
+    for item in tl.range(tl.program_id(0), n_chunks * HV, tl.num_programs(0)):
+        chunk = item // HV
+        head = item % HV
+        k_base = k + (head // (HV // HK)) * stride_k_h
+        v_base = v + head * stride_v_h
+        start = tl.load(chunks + 2 * chunk).to(tl.int64)
+        row_ok = rows < tl.load(chunks + 2 * chunk + 1) - tl.load(chunks + 2 * chunk)
+        tok = start + rows
+        ws_row = tok * HV + head
+        # Blocks above the diagonal were not written (Tinv is lower triangular): masked to 0.
+        lower = row_ok[:, None] & (rows[None, :] <= rows[:, None])
+        t_k = tl.load(tk_ws + ws_row[:, None] * BT + rows[None, :], mask=lower, other=0.0)
         for k0 in tl.static_range(0, DK, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
-            ok = row_ok[:, None] & (cols < DK)[None, :]
-            k_blk = tl.load(k + tok[:, None] * stride_k_t + key_head * stride_k_h + cols[None, :], mask=ok,
-                            other=0.0).to(tl.float32)
-            w_blk = tl.dot(inv, k_blk * k_weight[:, None], input_precision="ieee")
-            tl.store(w_ws + (tok * HV + head)[:, None] * DK + cols[None, :], w_blk, mask=ok)
+            k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
+            _store_rows(w_ws, ws_row, row_ok, cols, DK, dot_f32_acc(t_k, k_blk, DOT))
+        t_v = tl.load(tv_ws + ws_row[:, None] * BT + rows[None, :], mask=lower, other=0.0)
         for v0 in tl.static_range(0, DV, BLOCK_V):
             cols = v0 + tl.arange(0, BLOCK_V)
-            ok = row_ok[:, None] & (cols < DV)[None, :]
-            v_blk = tl.load(v + tok[:, None] * stride_v_t + head * stride_v_h + cols[None, :], mask=ok,
-                            other=0.0).to(tl.float32)
-            u_blk = tl.dot(inv, v_blk * beta_row[:, None], input_precision="ieee")
-            tl.store(u_ws + (tok * HV + head)[:, None] * DV + cols[None, :], u_blk, mask=ok)
+            v_blk = _load_rows(v_base, tok, row_ok, stride_v_t, cols, DV)
+            _store_rows(u_ws, ws_row, row_ok, cols, DV, dot_f32_acc(t_v, v_blk, DOT))
 
 
 def _state_fixed(*, dk: int) -> dict:
@@ -170,19 +318,24 @@ def _state_fixed(*, dk: int) -> dict:
 
 @configured(
     fixed=_state_fixed,
-    cuda_configs=[{"BLOCK_V": bv, "num_warps": w} for bv in (16, 32, 64) for w in (4, 8)],
+    # S [Dk, BLOCK_V] float32 plus its rounded copy stay in registers: BLOCK_V = 64 needs 8 warps to fit
+    # (4 warps sit at the 255-register limit); 16 gives more programs to a single long sequence.
+    cuda_configs=[{"BLOCK_V": 16, "num_warps": 4}, {"BLOCK_V": 32, "num_warps": 4}, {"BLOCK_V": 32, "num_warps": 8},
+                  {"BLOCK_V": 64, "num_warps": 8}],
     key=["HV", "DK", "DV"],
     restore_value=["state_in"],
 )
 @triton.jit
 def _chunk_state_kernel(
-    q, k, o, chunks, seq_chunks, gcum_ws, aqk_ws, w_ws, u_ws, state_in, final, read_rows, write_rows,
-    scale, n_seqs,
+    q, k, o, chunks, seq_chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, w_ws, u_ws, state_in, final,
+    read_rows, write_rows,
+    n_seqs,
     stride_q_t, stride_q_h, stride_k_t, stride_k_h,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    L2NORM: tl.constexpr, POOL: tl.constexpr, STORE_FINAL: tl.constexpr, EPS: tl.constexpr,
+    POOL: tl.constexpr, STORE_FINAL: tl.constexpr,
 ):
+    DOT: tl.constexpr = q.dtype.element_ty
     n_vblocks: tl.constexpr = (DV + BLOCK_V - 1) // BLOCK_V
     rows = tl.arange(0, BT)
     dk = tl.arange(0, BLOCK_K)
@@ -190,7 +343,8 @@ def _chunk_state_kernel(
     for item in tl.range(tl.program_id(0), n_seqs * HV * n_vblocks, tl.num_programs(0)):
         seq = item // (HV * n_vblocks)
         head = (item // n_vblocks) % HV
-        key_head = head // (HV // HK)
+        q_base = q + (head // (HV // HK)) * stride_q_h
+        k_base = k + (head // (HV // HK)) * stride_k_h
         dv = (item % n_vblocks) * BLOCK_V + tl.arange(0, BLOCK_V)
         v_ok = dv < DV
         tile_ok = k_ok[:, None] & v_ok[None, :]
@@ -206,30 +360,24 @@ def _chunk_state_kernel(
                 row_ok = rows < length
                 tok = start + rows
                 ws_row = tok * HV + head
-                kt_ok = row_ok[:, None] & k_ok[None, :]
-                vt_ok = row_ok[:, None] & v_ok[None, :]
-                gcum = tl.load(gcum_ws + ws_row, mask=row_ok, other=0.0)
-                g_last = tl.load(gcum_ws + (start + length - 1) * HV + head)
+                state_dot = state.to(DOT)  # S as a dot operand, rounded once per chunk
                 # v_new = u - w S: the values corrected by what the state already predicts.
-                w_t = tl.load(w_ws + ws_row[:, None] * DK + dk[None, :], mask=kt_ok, other=0.0)
-                u_t = tl.load(u_ws + ws_row[:, None] * DV + dv[None, :], mask=vt_ok, other=0.0)
-                v_new = u_t - tl.dot(w_t, state, input_precision="ieee")
-                # Outputs: the decayed state read by q, plus the in-chunk attention.
-                q_t = tl.load(q + tok[:, None] * stride_q_t + key_head * stride_q_h + dk[None, :], mask=kt_ok,
-                              other=0.0).to(tl.float32)
-                if L2NORM:
-                    q_t = l2_normalize_rows(q_t, EPS)
-                aqk = tl.load(aqk_ws + ws_row[:, None] * BT + rows[None, :], mask=row_ok[:, None], other=0.0)
-                o_t = tl.dot(q_t * (scale * tl.exp(gcum))[:, None], state, input_precision="ieee")
-                o_t += tl.dot(aqk, v_new, input_precision="ieee")
-                tl.store(o + ws_row[:, None] * DV + dv[None, :], o_t.to(o.dtype.element_ty), mask=vt_ok)
-                # Next state: decay to the chunk end, add the chunk's corrected writes.
-                k_t = tl.load(k + tok[:, None] * stride_k_t + key_head * stride_k_h + dk[None, :], mask=kt_ok,
-                              other=0.0).to(tl.float32)
-                if L2NORM:
-                    k_t = l2_normalize_rows(k_t, EPS)
-                k_t = k_t * tl.where(row_ok, tl.exp(g_last - gcum), 0.0)[:, None]
-                state = state * tl.exp(g_last) + tl.dot(tl.trans(k_t), v_new, input_precision="ieee")
+                w_t = _load_rows(w_ws, ws_row, row_ok, DK, dk, DK)
+                u_t = _load_rows(u_ws, ws_row, row_ok, DV, dv, DV)
+                v_new = u_t - dot_f32_acc(w_t, state_dot, DOT)
+                # Outputs: the decayed state read by q (its factor scale Gam / |q| after the dot),
+                # plus the in-chunk attention.
+                q_t = _load_rows(q_base, tok, row_ok, stride_q_t, dk, DK)
+                q_gain = tl.load(q_gain_ws + ws_row, mask=row_ok, other=0.0)
+                aqk = _load_rows(aqk_ws, ws_row, row_ok, BT, rows, BT)
+                o_t = q_gain[:, None] * dot_f32_acc(q_t, state_dot, DOT) + dot_f32_acc(aqk, v_new, DOT)
+                _store_rows(o, ws_row, row_ok, dv, DV, o_t)
+                # Next state: decay to the chunk end, add the chunk's corrected writes
+                # (k's factor exp(G_L - G) / |k| applied to v_new's rows).
+                k_t = _load_rows(k_base, tok, row_ok, stride_k_t, dk, DK)
+                k_gain = tl.load(k_gain_ws + ws_row, mask=row_ok, other=0.0)
+                state = (state * tl.load(chunk_decay_ws + chunk * HV + head)
+                         + dot_f32_acc(tl.trans(k_t), v_new * k_gain[:, None], DOT))
             if POOL:
                 tl.store(state_in + write_row * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if STORE_FINAL:
@@ -260,25 +408,39 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     chunks, seq_chunks, n_chunks = chunk_indices, chunk_offsets, chunk_indices.shape[0]
     total = rows.v.shape[0]
     f32 = dict(dtype=torch.float32, device=q.device)
-    gcum_ws = torch.empty((total, hv), **f32)
-    aqk_ws = torch.empty((total, hv, CHUNK), **f32)
-    w_ws = torch.empty((total, hv, dk), **f32)
+    # w and Aqk are only ever dot operands: stored in the dot dtype (q's), rounded once.
+    dot_dtype = dict(dtype=q.dtype, device=q.device)
+    chunk_decay_ws = torch.empty((n_chunks, hv), **f32)
+    q_gain_ws = torch.empty((total, hv), **f32)
+    k_gain_ws = torch.empty((total, hv), **f32)
+    aqk_ws = torch.empty((total, hv, CHUNK), **dot_dtype)
+    a_ws = torch.empty((total, hv, CHUNK), **f32)
+    w_gain_ws = torch.empty((total, hv), **f32)
+    tk_ws = torch.empty((total, hv, CHUNK), **dot_dtype)
+    tv_ws = torch.empty((total, hv, CHUNK), **dot_dtype)
+    w_ws = torch.empty((total, hv, dk), **dot_dtype)
     u_ws = torch.empty((total, hv, dv), **f32)
-    strides = (rows.q.stride(0), rows.q.stride(1), rows.k.stride(0), rows.k.stride(1))
-    heads = dict(HK=hk, HV=hv, DK=dk, DV=dv, BT=CHUNK, L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS)
+    workspaces = (chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, w_ws, u_ws)
+    qk_strides = (rows.q.stride(0), rows.q.stride(1), rows.k.stride(0), rows.k.stride(1))
+    v_strides = (rows.v.stride(0), rows.v.stride(1))
+    heads = dict(HK=hk, HV=hv, DK=dk, BT=CHUNK)
     if n_chunks > 0:
         _chunk_prep_kernel.launch(
             q.device, n_chunks * hv,
-            rows.q, rows.k, rows.v, rows.g, rows.beta, chunks, gcum_ws, aqk_ws, w_ws, u_ws,
-            float(scale), n_chunks,
-            *strides, rows.v.stride(0), rows.v.stride(1), rows.g.stride(0), rows.beta.stride(0),
-            SUB=SUB, **heads,
+            rows.q, rows.k, rows.g, rows.beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, a_ws, w_gain_ws,
+            float(scale), n_chunks, *qk_strides, rows.g.stride(0), rows.beta.stride(0),
+            L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS, **heads,
+        )
+        _chunk_solve_kernel.launch(q.device, n_chunks * hv, rows.beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws,
+                                   n_chunks, rows.beta.stride(0), HV=hv, BT=CHUNK)
+        _chunk_wu_kernel.launch(
+            q.device, n_chunks * hv,
+            rows.k, rows.v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks, *qk_strides[2:], *v_strides, DV=dv, **heads,
         )
     _chunk_state_kernel.launch(
         q.device, n * hv * triton.cdiv(dv, 16),
-        rows.q, rows.k, o, chunks, seq_chunks, gcum_ws, aqk_ws, w_ws, u_ws, plan.state_in, plan.final_arg,
-        plan.read_rows, plan.write_rows,
-        float(scale), n, *strides, shape={"dk": dk},
-        BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, **heads,
+        rows.q, rows.k, o, chunks, seq_chunks, *workspaces, plan.state_in, plan.final_arg,
+        plan.read_rows, plan.write_rows, n, *qk_strides, shape={"dk": dk},
+        BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, DV=dv, **heads,
     )
     return o.view(v.shape), plan.final

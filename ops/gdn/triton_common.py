@@ -131,6 +131,13 @@ def tile(dim: int) -> int:
 
 
 @triton.jit
-def l2_normalize_rows(x, EPS: tl.constexpr):
-    """Rows of a float32 tile divided by sqrt(sum(x^2) + EPS) (masked columns are zero)."""
-    return x / tl.sqrt(tl.sum(x * x, axis=1) + EPS)[:, None]
+def dot_f32_acc(a, b, DOT: tl.constexpr):
+    """``a @ b`` with both operands rounded to ``DOT``, accumulated in float32.
+
+    ``DOT`` is the model's dtype: bfloat16/float16 put the product on tensor
+    cores (the cube on Ascend); float32 keeps full float32 products
+    (``"ieee"``, no TF32), so float32 inputs follow the float32 reference to
+    float32 rounding. The precision is named explicitly because triton-ascend
+    has no default for it; for 16-bit operands it is ignored.
+    """
+    return tl.dot(a.to(DOT), b.to(DOT), input_precision="ieee")

@@ -22,7 +22,9 @@ import os
 
 import pytest
 import torch
-from tolerances import KERNEL_VS_REFERENCE, tol
+from gdn_chunk_rounding import rounded_chunk_gated_delta_rule
+from tolerances import (CHUNK_16BIT_DOTS_STATE_VS_FLOAT32, CHUNK_KERNEL_VS_ROUNDING_MODEL, KERNEL_VS_REFERENCE,
+                        tol)
 
 from qwen_ops import ops
 from qwen_ops.testing import Draw, gdn_inputs, offsets
@@ -59,17 +61,21 @@ def run_both(op, inputs, *, initial_state=None, device=DEVICE, **kwargs):
     return results
 
 
-def assert_matches(results, dtype):
+def assert_matches(results, dtype, op="recurrent"):
+    """Triton against torch: outputs in their dtype's tolerance; float32 states in float32's, except the chunk
+    kernels' with 16-bit inputs, whose dots round operands to that dtype (CHUNK_16BIT_DOTS_STATE_VS_FLOAT32)."""
     (ref_o, ref_final, ref_state), (tri_o, tri_final, tri_state) = results
     assert tri_o.dtype == ref_o.dtype and tri_o.shape == ref_o.shape
     torch.testing.assert_close(tri_o, ref_o, **tol(KERNEL_VS_REFERENCE, dtype))
     assert (tri_final is None) == (ref_final is None)
+    state_tol = (tol(CHUNK_16BIT_DOTS_STATE_VS_FLOAT32, dtype) if op == "chunk" and dtype != F32
+                 else tol(KERNEL_VS_REFERENCE, F32))
     # States are float32 whatever the input dtype: both sides accumulate in float32.
     if ref_final is not None:
         assert tri_final.dtype == F32 and tri_final.shape == ref_final.shape
-        torch.testing.assert_close(tri_final, ref_final, **tol(KERNEL_VS_REFERENCE, F32))
+        torch.testing.assert_close(tri_final, ref_final, **state_tol)
     if ref_state is not None:
-        torch.testing.assert_close(tri_state, ref_state, **tol(KERNEL_VS_REFERENCE, F32))
+        torch.testing.assert_close(tri_state, ref_state, **state_tol)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -89,7 +95,7 @@ def test_packed_sequences_with_initial_states(gen, op, dtype):
     has_initial = torch.tensor([True, True, False, True])
     results = run_both(OPS[op], inputs, initial_state=initial, output_final_state=True,
                        cu_seqlens=offsets(lengths), has_initial_state=has_initial, scale=0.3)
-    assert_matches(results, dtype)
+    assert_matches(results, dtype, op)
     assert torch.equal(results[1][2], initial), "a plain initial_state must not be modified"
 
 
@@ -103,7 +109,7 @@ def test_batch_with_l2norm_and_no_final_state(gen, op):
                         dtype=torch.float16, l2norm_in_kernel=True)
     results = run_both(OPS[op], inputs, use_qk_l2norm_in_kernel=True)
     assert results[1][1] is None
-    assert_matches(results, torch.float16)
+    assert_matches(results, torch.float16, op)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -144,7 +150,7 @@ def test_decode_step_on_state_pool(gen, op, dtype, index_dtype):
     indices = torch.tensor([4, -1, 0, 6, 2], dtype=index_dtype)
     pool = torch.randn(7, hv, dk, dv, generator=gen)
     results = run_both(OPS[op], inputs, initial_state=pool, ssm_state_indices=indices, use_qk_l2norm_in_kernel=True)
-    assert_matches(results, dtype)
+    assert_matches(results, dtype, op)
     assert torch.equal(results[1][0][1], torch.zeros_like(results[1][0][1]))
     for row in (1, 3, 5):
         assert torch.equal(results[1][2][row], pool[row])
@@ -189,4 +195,43 @@ def test_bf16_on_gpu(gen, op):
     results = run_both(OPS[op], inputs, initial_state=pool, output_final_state=True, cu_seqlens=offsets(lengths),
                        ssm_state_indices=torch.tensor([3, 0, 1], dtype=torch.int32), use_qk_l2norm_in_kernel=True,
                        device=torch.device("cuda"))
-    assert_matches(results, torch.bfloat16)
+    assert_matches(results, torch.bfloat16, op)
+
+
+def _rounding_case(gen, dtype):
+    """Four packed sequences (1 to 130 tokens: partial, full and several chunks), GQA, Dk 32 != Dv 48, initial states."""
+    lengths = [1, 64, 70, 130]
+    inputs = gdn_inputs(Draw(gen), batch=1, tokens=sum(lengths), hk=1, hv=2, dk=32, dv=48, dtype=dtype,
+                        l2norm_in_kernel=False)
+    initial = torch.randn(len(lengths), 2, 32, 48, generator=gen)
+    return inputs, dict(initial_state=initial, output_final_state=True, cu_seqlens=offsets(lengths), scale=0.3)
+
+
+def _rounding_model(dtype, inputs, call):
+    q, k, v, g, beta = inputs
+    return rounded_chunk_gated_delta_rule(dtype, q=q, k=k, v=v, g=g, beta=beta, ssm_state_indices=None,
+                                          has_initial_state=None, use_qk_l2norm_in_kernel=False, **call)
+
+
+def test_chunk_kernel_16bit_dots_follow_the_rounding_model(gen):
+    """float16 (the 16-bit dtype the interpreter's tl.dot computes right): the kernel's difference from the
+    float32 reference is its operand roundings, as tests/gdn_chunk_rounding.py models them."""
+    inputs, call = _rounding_case(gen, torch.float16)
+    tri_o, tri_final = ops.chunk_gated_delta_rule(*inputs, backend="triton", **call)
+    model_o, model_final = _rounding_model(torch.float16, inputs, call)
+    ref_o, ref_final = ops.chunk_gated_delta_rule(*inputs, backend="torch", **call)
+    torch.testing.assert_close(tri_o, model_o, **tol(KERNEL_VS_REFERENCE, torch.float16))
+    torch.testing.assert_close(tri_final, model_final, **tol(CHUNK_KERNEL_VS_ROUNDING_MODEL, torch.float16))
+    # The model is not the float32 reference: the roundings are visible, so the check above has teeth.
+    assert not torch.allclose(model_final, ref_final, **tol(KERNEL_VS_REFERENCE, F32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_chunk_16bit_rounding_model_within_its_tolerance(gen, dtype):
+    """The bfloat16 algorithm on the CPU (inputs in bfloat16, float32 math, the kernels' roundings) against the
+    float32 reference: within CHUNK_16BIT_DOTS_STATE_VS_FLOAT32, the bound the GPU test holds the kernel to."""
+    inputs, call = _rounding_case(gen, dtype)
+    model_o, model_final = _rounding_model(dtype, inputs, call)
+    ref_o, ref_final = ops.chunk_gated_delta_rule(*inputs, backend="torch", **call)
+    torch.testing.assert_close(model_o, ref_o, **tol(KERNEL_VS_REFERENCE, dtype))
+    torch.testing.assert_close(model_final, ref_final, **tol(CHUNK_16BIT_DOTS_STATE_VS_FLOAT32, dtype))
