@@ -24,7 +24,8 @@ a few minutes:
    cost that made a part overrun a 10-minute slot);
 3. speed (serial, in the main process): each kernel at a Qwen3.5-like size against the peer a user would
    pick there (torch SDPA for attention, flash-linear-attention's kernels for
-   the delta rule when its wheel was carried, else the torch reference), as
+   the delta rule when fla is importable there, else a skip with its reason;
+   the chunked delta rule in bfloat16 at the Qwen3.5 GDN shape), as
    median times of ``triton.testing.do_bench``, with the achieved bandwidth
    or FLOP rate as a share of the measured ceilings. Timing stops when
    ``--budget-s`` is spent; correctness always runs.
@@ -354,33 +355,45 @@ def case_gdn(ctx, ops, name, dtype, lengths, hk, hv, dk, dv, pool: bool):
 
     bytes_ = ((q.numel() + k.numel() + 2 * v.numel() + beta.numel()) * q.element_size() + 4 * g.numel()
               + 2 * 4 * n * hv * dk * dv * (2 if pool else 1))
-    return run, (bytes_, 0.0), (q, k, v, g, beta, cu, state0)
+    flops = chunk_flops(lengths, hv, dk, dv) if name == "chunk_gated_delta_rule" else 0.0
+    return run, (bytes_, flops), (q, k, v, g, beta, cu, state0)
 
 
-def peers_gdn(ctx, ops, name, state, lengths):
-    """flash-linear-attention's kernel of the same name if its wheel was carried, else the torch reference."""
+def chunk_flops(lengths, hv, dk, dv, chunk=64) -> float:
+    """The matrix products of the chunked delta rule (ops/gdn/triton_chunk.py, and fla's), per value head and chunk
+    of L tokens: K K^T and Q K^T (4 L^2 Dk), w and u (2 L^2 Dk + 2 L^2 Dv), and per chunk step w S, q S, k^T v_new
+    (6 L Dk Dv) and Aqk v_new (2 L^2 Dv). The small float32 inverse is not counted."""
+    total = 0.0
+    for length in lengths:
+        for start in range(0, length, chunk):
+            l_ = min(chunk, length - start)
+            total += 6 * l_ * l_ * dk + 4 * l_ * l_ * dv + 6 * l_ * dk * dv
+    return total * hv
+
+
+def peers_gdn(name, state, lengths):
+    """flash-linear-attention's kernel of the same name, if fla is importable (its wheel was carried).
+
+    Without fla the peer is a skip with its reason (a string): the torch reference is no kernel a user would
+    pick on a GPU. fla 0.6 takes Hv > Hk itself (GVA); an fla that does not is given q and k repeated per value
+    head (same math, more memory read), the next peer tried.
+    """
     q, k, v, g, beta, cu, state0 = state
     hk, hv = q.shape[2], v.shape[2]
     try:
         from fla.ops import gated_delta_rule as fla_gdn
     except Exception as exc:  # noqa: BLE001 - any import failure means: no fla peer
-        fla_fn = None
-        reason = f"fla not importable: {type(exc).__name__}"
-    else:
-        fla_fn = getattr(fla_gdn, name)
-        reason = ""
+        return {f"fla {name}": f"fla not importable: {type(exc).__name__}: {str(exc)[:80]}"}
+    fla_fn = getattr(fla_gdn, name)
     n = len(lengths)
     init = state0[:n].contiguous() if state0.shape[0] != n else state0
-    peers = {}
-    if fla_fn is not None:
-        # fla may not take Hv > Hk: give it q and k repeated per value head (same math).
-        qq, kk = (x.repeat_interleave(hv // hk, dim=2) for x in (q, k))
-        peers[f"fla {name}"] = lambda: fla_fn(qq, kk, v, g, beta, initial_state=init, output_final_state=True,
-                                              cu_seqlens=cu.long(), use_qk_l2norm_in_kernel=True)
-    peers["torch reference" + (" (no fla)" if reason else "")] = lambda: getattr(ops, name)(
-        q, k, v, g, beta, initial_state=init, output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
-        backend="torch")
-    return peers
+
+    def call(qq, kk):
+        return lambda: fla_fn(qq, kk, v, g, beta, initial_state=init, output_final_state=True,
+                              cu_seqlens=cu.long(), use_qk_l2norm_in_kernel=True)
+
+    return {f"fla {name}": call(q, k),
+            f"fla {name} (q, k repeated)": call(*(x.repeat_interleave(hv // hk, dim=2) for x in (q, k)))}
 
 
 def case_conv_fn(ctx, ops, dtype, lengths, c, width):
@@ -520,11 +533,11 @@ def timing_cases(ctx, ops, op):
         if op.startswith("chunk"):
             lengths = [70, 30] if tiny else [4096] * 4
             run, cost, state = case_gdn(ctx, ops, op, dt, lengths, pool=False, **gdn)
-            out.append((f"{len(lengths)} x {lengths[0]} tokens", run, cost, peers_gdn(ctx, ops, op, state, lengths)))
+            out.append((f"{len(lengths)} x {lengths[0]} tokens", run, cost, peers_gdn(op, state, lengths)))
         else:
             lengths = [1] * (4 if tiny else 256)
             run, cost, state = case_gdn(ctx, ops, op, dt, lengths, pool=True, **gdn)
-            out.append((f"decode step, {len(lengths)} seqs (pool)", run, cost, peers_gdn(ctx, ops, op, state, lengths)))
+            out.append((f"decode step, {len(lengths)} seqs (pool)", run, cost, peers_gdn(op, state, lengths)))
     elif op == "causal_conv1d_fn":
         lengths = [9, 5] if tiny else [4096] * 4
         run, cost = case_conv_fn(ctx, ops, dt, lengths, channels, 4)
@@ -637,6 +650,9 @@ def timing_pass(ctx, ops, report, op_names, deadline):
                 report.timings.append(row)
                 continue
             for name, fn in peers.items():
+                if isinstance(fn, str):  # a peer that cannot run here: skipped, with its reason
+                    row.note = f"peer {name} skipped: {fn}"
+                    continue
                 try:
                     row.peer, row.peer_ms = name, ctx.time_ms(fn)
                     break  # the first peer that runs is the one users would pick
@@ -660,6 +676,8 @@ def warm_up(ctx, ops, op_names):
             for _case, run, _cost, peers in timing_cases(ctx, ops, op):
                 run("triton", False)
                 for fn in peers.values():
+                    if isinstance(fn, str):  # a skipped peer (its reason)
+                        continue
                     try:
                         fn()
                         break

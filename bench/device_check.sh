@@ -5,7 +5,8 @@
 #   bench/device_check.sh --cpu      dry run under the Triton interpreter, tiny shapes (any machine)
 #   bench/device_check.sh --fetch-wheels
 #                                    on the development machine: download the optional peer
-#                                    flash-linear-attention's core (fla-core, pure Python) into .whl/
+#                                    flash-linear-attention's core (fla-core, pure Python) and einops,
+#                                    which fla imports, into .whl/
 #                                    (add /.whl/ to .git/info/exclude and carry .whl with the call)
 # Other arguments go to bench/device_check.py (--ops a,b  --budget-s S  --no-timing).
 #
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED=1
 
 if [[ "${1:-}" == "--fetch-wheels" ]]; then
     "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "fla-core==0.6.0"
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "fla-core==0.6.0" "einops==0.8.2"
     exit 0
 fi
 
@@ -34,7 +35,7 @@ if [[ " $* " != *" --cpu "* ]]; then
         export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
         echo "== installed carried wheels: $(ls .whl | tr '\n' ' ')"
     else
-        echo "== no carried wheels (.whl/): the delta-rule peers fall back to the torch reference"
+        echo "== no carried wheels (.whl/): the delta-rule timings skip their fla peer unless fla is installed"
     fi
 fi
 "$PY" -c "import sys, torch, triton; print('== python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| cuda', torch.version.cuda)"

@@ -18,8 +18,9 @@ and on Ascend it launches with a fixed config chosen on the host (a function
 of the shapes); on CUDA it autotunes over a list of configs (autotune does not
 run under the interpreter).
 
-Dot precision: ``dot_precision`` is the one place that chooses the
-``input_precision`` every ``tl.dot`` of the project passes (explicitly: a
+Dot precision: ``dot_precision`` (and ``float32_dot_precision``, for float32
+operands kept so on purpose in a 16-bit model) is the one place that chooses
+the ``input_precision`` every ``tl.dot`` of the project passes (explicitly: a
 ``None`` reaches triton-ascend's front end, which has no default for it).
 
 Recording: inside ``recorded_launches(target)`` the host code of the ops runs
@@ -58,10 +59,15 @@ ASCEND_UB_BYTES = 192 * 1024
 # multiplied exactly on every target and the value only has to be one the
 # compiler accepts: CUDA's own default ("tf32"), and "ieee" on triton-ascend,
 # whose NPUOptions allow only "ieee" and "hf32" (and "hf32" only for float32).
+#
+# "float32 in narrow": float32 operands kept float32 on purpose inside a kernel of a 16-bit model (a product
+# whose error every later step inherits: the GDN chunk's triangular inverse). CUDA: "tf32x3" (three TF32
+# tensor-core products of the operands' high and low parts, about float32's accuracy, where "ieee" would
+# leave the kernel without tensor cores); Ascend: "ieee" ("hf32" would round them to 10 mantissa bits).
 _DOT_PRECISION = {
-    "cuda": {"float32": "ieee", "narrow": "tf32"},
-    "npu": {"float32": "ieee", "narrow": "ieee"},
-    "interpreter": {"float32": "ieee", "narrow": "ieee"},
+    "cuda": {"float32": "ieee", "narrow": "tf32", "float32 in narrow": "tf32x3"},
+    "npu": {"float32": "ieee", "narrow": "ieee", "float32 in narrow": "ieee"},
+    "interpreter": {"float32": "ieee", "narrow": "ieee", "float32 in narrow": "ieee"},
 }
 
 
@@ -71,11 +77,26 @@ def dot_precision(kind: str, dtype: torch.dtype) -> str:
     Every Triton kernel of the project passes this (as a constexpr chosen on
     the host), never ``None``.
     """
-    if kind not in _DOT_PRECISION:
-        raise ValueError(f"dot_precision: argument 'kind' must be one of {sorted(_DOT_PRECISION)}, got {kind!r}")
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"dot_precision: argument 'dtype' must be float32, float16 or bfloat16, got {dtype}")
+    _check_precision_args("dot_precision", kind, dtype, "dtype")
     return _DOT_PRECISION[kind]["float32" if dtype == torch.float32 else "narrow"]
+
+
+def float32_dot_precision(kind: str, model_dtype: torch.dtype) -> str:
+    """``input_precision`` for a ``tl.dot`` of float32 operands that a kernel keeps float32 for accuracy,
+    in a kernel computing a ``model_dtype`` model on target ``kind``.
+
+    A float32 model gets ``dot_precision``'s float32 choice (IEEE everywhere); a 16-bit model gets the
+    "float32 in narrow" column of the table above (CUDA: 3xTF32 on tensor cores).
+    """
+    _check_precision_args("float32_dot_precision", kind, model_dtype, "model_dtype")
+    return _DOT_PRECISION[kind]["float32" if model_dtype == torch.float32 else "float32 in narrow"]
+
+
+def _check_precision_args(fn: str, kind: str, dtype: torch.dtype, dtype_arg: str) -> None:
+    if kind not in _DOT_PRECISION:
+        raise ValueError(f"{fn}: argument 'kind' must be one of {sorted(_DOT_PRECISION)}, got {kind!r}")
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"{fn}: argument '{dtype_arg}' must be float32, float16 or bfloat16, got {dtype}")
 
 
 @dataclass

@@ -64,7 +64,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton import and_flag, configured
+from .._triton import and_flag, configured, dot_precision, float32_dot_precision, target
 from .chunk_table import CHUNK, prepare_chunk_indices
 from .triton_common import L2NORM_EPS, dot_f32_acc, prepare_launch, tile
 
@@ -94,27 +94,40 @@ def _inverse_norm(sq, L2NORM: tl.constexpr, EPS: tl.constexpr):
 
 
 @triton.jit
-def _unit_lower_inverse_block(a):
-    """``(I + a)^-1`` for a strictly lower triangular float32 [SUB, SUB] tile, by forward substitution.
+def _substitution_step(a, inv, r, i, eye):
+    """Row r of ``(I + a)^-1`` from the rows above it: ``e_r - sum_{c<r} a[r, c] inv[c, :]`` (masks: no row indexing)."""
+    coeffs = tl.sum(tl.where(i == r, a, 0.0), axis=0)
+    combined = tl.sum(coeffs[:, None] * inv, axis=0)
+    return tl.where(i == r, eye - combined[None, :], inv)
 
-    Row r is ``e_r - sum_{c<r} a[r, c] inv[c, :]``, one row per step, each
-    step on the whole tile with masks (Triton cannot index a row).
+
+@triton.jit
+def _unit_lower_inverse_blocks(a0, a1, a2, a3):
+    """``(I + a)^-1`` of four strictly lower triangular float32 [SUB, SUB] tiles, by forward substitution.
+
+    One row per step of a loop that is not unrolled (15 steps, each on the
+    four whole tiles): unrolled, the steps made the kernel's code (and its
+    compile time and registers on sm_90) several times larger.
     """
     i = tl.arange(0, SUB)[:, None]
     j = tl.arange(0, SUB)[None, :]
     eye = tl.where(i == j, 1.0, 0.0)
-    inv = eye
-    for r in tl.static_range(1, SUB):
-        coeffs = tl.sum(tl.where(i == r, a, 0.0), axis=0)
-        combined = tl.sum(coeffs[:, None] * inv, axis=0)
-        inv = tl.where(i == r, eye - combined[None, :], inv)
-    return inv
+    inv0 = eye
+    inv1 = eye
+    inv2 = eye
+    inv3 = eye
+    for r in tl.range(1, SUB):
+        inv0 = _substitution_step(a0, inv0, r, i, eye)
+        inv1 = _substitution_step(a1, inv1, r, i, eye)
+        inv2 = _substitution_step(a2, inv2, r, i, eye)
+        inv3 = _substitution_step(a3, inv3, r, i, eye)
+    return inv0, inv1, inv2, inv3
 
 
 @triton.jit
-def _dot32(a, b):
+def _dot32(a, b, PRECISION: tl.constexpr):
     """A float32 product of two 16 x 16 blocks of the inverse, whose error every w and u row inherits."""
-    return dot_f32_acc(a, b, tl.float32)
+    return dot_f32_acc(a, b, tl.float32, PRECISION)
 
 
 @triton.jit
@@ -159,7 +172,7 @@ def _chunk_prep_kernel(
     stride_q_t, stride_q_h, stride_k_t, stride_k_h, stride_g_t, stride_b_t,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr,
-    L2NORM: tl.constexpr, EPS: tl.constexpr,
+    L2NORM: tl.constexpr, EPS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     DOT: tl.constexpr = q.dtype.element_ty
     rows = tl.arange(0, BT)
@@ -188,8 +201,8 @@ def _chunk_prep_kernel(
             cols = k0 + tl.arange(0, BLOCK_K)
             k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
             q_blk = _load_rows(q_base, tok, row_ok, stride_q_t, cols, DK)
-            kk += dot_f32_acc(k_blk, tl.trans(k_blk), DOT)
-            qk += dot_f32_acc(q_blk, tl.trans(k_blk), DOT)
+            kk += dot_f32_acc(k_blk, tl.trans(k_blk), DOT, DOT_PRECISION)
+            qk += dot_f32_acc(q_blk, tl.trans(k_blk), DOT, DOT_PRECISION)
             k_sq += tl.sum(k_blk.to(tl.float32) * k_blk.to(tl.float32), axis=1)
             q_sq += tl.sum(q_blk.to(tl.float32) * q_blk.to(tl.float32), axis=1)
         k_inv_norm = _inverse_norm(k_sq, L2NORM, EPS)
@@ -211,11 +224,12 @@ def _solve_fixed(**_shape) -> dict:
     return {}
 
 
-# 16 x 16 float32 tiles: 4 or 8 warps spread each block's reductions (1 or 2 warps spill on sm_90).
-@configured(fixed=_solve_fixed, cuda_configs=[{"num_warps": 8}, {"num_warps": 4}], key=["HV"])
+# 16 x 16 float32 tiles: 4 or 8 warps spread each block's reductions (no spills on sm_90 with 1 to 8 warps;
+# with CUDA_PROGRAMS_PER_SM programs per SM, fewer warps would leave the SMs mostly idle).
+@configured(fixed=_solve_fixed, cuda_configs=[{"num_warps": 4}, {"num_warps": 8}], key=["HV"])
 @triton.jit
 def _chunk_solve_kernel(beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws, n_chunks, stride_b_t,
-                        HV: tl.constexpr, BT: tl.constexpr):
+                        HV: tl.constexpr, BT: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Tinv = (I + A)^-1 per (chunk, value head) in 16 x 16 blocks, stored as Tinv diag(beta Gam / |k|) and Tinv diag(beta).
 
     The diagonal blocks by forward substitution, those below by block forward
@@ -229,39 +243,41 @@ def _chunk_solve_kernel(beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws, n_chunks, s
         head = item % HV
         start = tl.load(chunks + 2 * chunk).to(tl.int64)
         length = tl.load(chunks + 2 * chunk + 1) - tl.load(chunks + 2 * chunk)
-        t00 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 0, 0, HV, BT))
-        t11 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 1, 1, HV, BT))
-        t22 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 2, 2, HV, BT))
-        t33 = _unit_lower_inverse_block(_load_block(a_ws, start, length, head, 3, 3, HV, BT))
-        a10 = _load_block(a_ws, start, length, head, 1, 0, HV, BT)
-        a21 = _load_block(a_ws, start, length, head, 2, 1, HV, BT)
-        a32 = _load_block(a_ws, start, length, head, 3, 2, HV, BT)
-        t10 = -_dot32(t11, _dot32(a10, t00))
-        t21 = -_dot32(t22, _dot32(a21, t11))
-        t32 = -_dot32(t33, _dot32(a32, t22))
-        a20 = _load_block(a_ws, start, length, head, 2, 0, HV, BT)
-        t20 = -_dot32(t22, _dot32(a20, t00) + _dot32(a21, t10))
-        a31 = _load_block(a_ws, start, length, head, 3, 1, HV, BT)
-        t31 = -_dot32(t33, _dot32(a31, t11) + _dot32(a32, t21))
-        a30 = _load_block(a_ws, start, length, head, 3, 0, HV, BT)
-        t30 = -_dot32(t33, _dot32(a30, t00) + _dot32(a31, t10) + _dot32(a32, t20))
-        # The column factors of each column block c, then the ten blocks of Tinv diag(w_gain) and Tinv diag(beta).
+        t00, t11, t22, t33 = _unit_lower_inverse_blocks(
+            _load_block(a_ws, start, length, head, 0, 0, HV, BT), _load_block(a_ws, start, length, head, 1, 1, HV, BT),
+            _load_block(a_ws, start, length, head, 2, 2, HV, BT), _load_block(a_ws, start, length, head, 3, 3, HV, BT))
+        # Block row by block row, each block stored as soon as it is known (fewer tiles live at once).
+        # The column factors of column block c: w_gain (wg) and beta (bg).
         wg0 = _load_block_gain(w_gain_ws, start, length, head, HV, 0)
-        wg1 = _load_block_gain(w_gain_ws, start, length, head, HV, 1)
-        wg2 = _load_block_gain(w_gain_ws, start, length, head, HV, 2)
-        wg3 = _load_block_gain(w_gain_ws, start, length, head, HV, 3)
         bg0 = _load_block_gain(beta, start, length, head, stride_b_t, 0)
-        bg1 = _load_block_gain(beta, start, length, head, stride_b_t, 1)
-        bg2 = _load_block_gain(beta, start, length, head, stride_b_t, 2)
-        bg3 = _load_block_gain(beta, start, length, head, stride_b_t, 3)
         _store_factored(tk_ws, tv_ws, t00, wg0, bg0, start, length, head, 0, 0, HV, BT)
+        # P: the precision of these float32 products (the host's float32_dot_precision).
+        P: tl.constexpr = DOT_PRECISION
+        a10 = _load_block(a_ws, start, length, head, 1, 0, HV, BT)
+        t10 = -_dot32(t11, _dot32(a10, t00, P), P)
+        wg1 = _load_block_gain(w_gain_ws, start, length, head, HV, 1)
+        bg1 = _load_block_gain(beta, start, length, head, stride_b_t, 1)
         _store_factored(tk_ws, tv_ws, t10, wg0, bg0, start, length, head, 1, 0, HV, BT)
-        _store_factored(tk_ws, tv_ws, t20, wg0, bg0, start, length, head, 2, 0, HV, BT)
-        _store_factored(tk_ws, tv_ws, t30, wg0, bg0, start, length, head, 3, 0, HV, BT)
         _store_factored(tk_ws, tv_ws, t11, wg1, bg1, start, length, head, 1, 1, HV, BT)
+        a20 = _load_block(a_ws, start, length, head, 2, 0, HV, BT)
+        a21 = _load_block(a_ws, start, length, head, 2, 1, HV, BT)
+        t20 = -_dot32(t22, _dot32(a20, t00, P) + _dot32(a21, t10, P), P)
+        t21 = -_dot32(t22, _dot32(a21, t11, P), P)
+        wg2 = _load_block_gain(w_gain_ws, start, length, head, HV, 2)
+        bg2 = _load_block_gain(beta, start, length, head, stride_b_t, 2)
+        _store_factored(tk_ws, tv_ws, t20, wg0, bg0, start, length, head, 2, 0, HV, BT)
         _store_factored(tk_ws, tv_ws, t21, wg1, bg1, start, length, head, 2, 1, HV, BT)
-        _store_factored(tk_ws, tv_ws, t31, wg1, bg1, start, length, head, 3, 1, HV, BT)
         _store_factored(tk_ws, tv_ws, t22, wg2, bg2, start, length, head, 2, 2, HV, BT)
+        a30 = _load_block(a_ws, start, length, head, 3, 0, HV, BT)
+        a31 = _load_block(a_ws, start, length, head, 3, 1, HV, BT)
+        a32 = _load_block(a_ws, start, length, head, 3, 2, HV, BT)
+        t30 = -_dot32(t33, _dot32(a30, t00, P) + _dot32(a31, t10, P) + _dot32(a32, t20, P), P)
+        t31 = -_dot32(t33, _dot32(a31, t11, P) + _dot32(a32, t21, P), P)
+        t32 = -_dot32(t33, _dot32(a32, t22, P), P)
+        wg3 = _load_block_gain(w_gain_ws, start, length, head, HV, 3)
+        bg3 = _load_block_gain(beta, start, length, head, stride_b_t, 3)
+        _store_factored(tk_ws, tv_ws, t30, wg0, bg0, start, length, head, 3, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t31, wg1, bg1, start, length, head, 3, 1, HV, BT)
         _store_factored(tk_ws, tv_ws, t32, wg2, bg2, start, length, head, 3, 2, HV, BT)
         _store_factored(tk_ws, tv_ws, t33, wg3, bg3, start, length, head, 3, 3, HV, BT)
 
@@ -282,7 +298,7 @@ def _chunk_wu_kernel(
     k, v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks,
     stride_k_t, stride_k_h, stride_v_t, stride_v_h,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+    BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """w = (Tinv diag(beta Gam / |k|)) k and u = (Tinv diag(beta)) v per (chunk, value head), over Dk and Dv blocks."""
     DOT: tl.constexpr = k.dtype.element_ty
@@ -302,12 +318,12 @@ def _chunk_wu_kernel(
         for k0 in tl.static_range(0, DK, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
             k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
-            _store_rows(w_ws, ws_row, row_ok, cols, DK, dot_f32_acc(t_k, k_blk, DOT))
+            _store_rows(w_ws, ws_row, row_ok, cols, DK, dot_f32_acc(t_k, k_blk, DOT, DOT_PRECISION))
         t_v = tl.load(tv_ws + ws_row[:, None] * BT + rows[None, :], mask=lower, other=0.0)
         for v0 in tl.static_range(0, DV, BLOCK_V):
             cols = v0 + tl.arange(0, BLOCK_V)
             v_blk = _load_rows(v_base, tok, row_ok, stride_v_t, cols, DV)
-            _store_rows(u_ws, ws_row, row_ok, cols, DV, dot_f32_acc(t_v, v_blk, DOT))
+            _store_rows(u_ws, ws_row, row_ok, cols, DV, dot_f32_acc(t_v, v_blk, DOT, DOT_PRECISION))
 
 
 def _state_fixed(*, dk: int) -> dict:
@@ -333,7 +349,7 @@ def _chunk_state_kernel(
     stride_q_t, stride_q_h, stride_k_t, stride_k_h,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    POOL: tl.constexpr, STORE_FINAL: tl.constexpr,
+    POOL: tl.constexpr, STORE_FINAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     DOT: tl.constexpr = q.dtype.element_ty
     n_vblocks: tl.constexpr = (DV + BLOCK_V - 1) // BLOCK_V
@@ -364,20 +380,20 @@ def _chunk_state_kernel(
                 # v_new = u - w S: the values corrected by what the state already predicts.
                 w_t = _load_rows(w_ws, ws_row, row_ok, DK, dk, DK)
                 u_t = _load_rows(u_ws, ws_row, row_ok, DV, dv, DV)
-                v_new = u_t - dot_f32_acc(w_t, state_dot, DOT)
+                v_new = u_t - dot_f32_acc(w_t, state_dot, DOT, DOT_PRECISION)
                 # Outputs: the decayed state read by q (its factor scale Gam / |q| after the dot),
                 # plus the in-chunk attention.
                 q_t = _load_rows(q_base, tok, row_ok, stride_q_t, dk, DK)
                 q_gain = tl.load(q_gain_ws + ws_row, mask=row_ok, other=0.0)
                 aqk = _load_rows(aqk_ws, ws_row, row_ok, BT, rows, BT)
-                o_t = q_gain[:, None] * dot_f32_acc(q_t, state_dot, DOT) + dot_f32_acc(aqk, v_new, DOT)
+                o_t = q_gain[:, None] * dot_f32_acc(q_t, state_dot, DOT, DOT_PRECISION) + dot_f32_acc(aqk, v_new, DOT, DOT_PRECISION)
                 _store_rows(o, ws_row, row_ok, dv, DV, o_t)
                 # Next state: decay to the chunk end, add the chunk's corrected writes
                 # (k's factor exp(G_L - G) / |k| applied to v_new's rows).
                 k_t = _load_rows(k_base, tok, row_ok, stride_k_t, dk, DK)
                 k_gain = tl.load(k_gain_ws + ws_row, mask=row_ok, other=0.0)
                 state = (state * tl.load(chunk_decay_ws + chunk * HV + head)
-                         + dot_f32_acc(tl.trans(k_t), v_new * k_gain[:, None], DOT))
+                         + dot_f32_acc(tl.trans(k_t), v_new * k_gain[:, None], DOT, DOT_PRECISION))
             if POOL:
                 tl.store(state_in + write_row * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if STORE_FINAL:
@@ -424,23 +440,27 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     qk_strides = (rows.q.stride(0), rows.q.stride(1), rows.k.stride(0), rows.k.stride(1))
     v_strides = (rows.v.stride(0), rows.v.stride(1))
     heads = dict(HK=hk, HV=hv, DK=dk, BT=CHUNK)
+    # The dots of q, k, v and the model-dtype workspaces, and the inverse's float32 dots (module doc).
+    kind = target(q.device)
+    dots, inverse_dots = dot_precision(kind, q.dtype), float32_dot_precision(kind, q.dtype)
     if n_chunks > 0:
         _chunk_prep_kernel.launch(
             q.device, n_chunks * hv,
             rows.q, rows.k, rows.g, rows.beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, a_ws, w_gain_ws,
             float(scale), n_chunks, *qk_strides, rows.g.stride(0), rows.beta.stride(0),
-            L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS, **heads,
+            L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS, DOT_PRECISION=dots, **heads,
         )
         _chunk_solve_kernel.launch(q.device, n_chunks * hv, rows.beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws,
-                                   n_chunks, rows.beta.stride(0), HV=hv, BT=CHUNK)
+                                   n_chunks, rows.beta.stride(0), HV=hv, BT=CHUNK, DOT_PRECISION=inverse_dots)
         _chunk_wu_kernel.launch(
             q.device, n_chunks * hv,
-            rows.k, rows.v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks, *qk_strides[2:], *v_strides, DV=dv, **heads,
+            rows.k, rows.v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks, *qk_strides[2:], *v_strides, DV=dv,
+            DOT_PRECISION=dots, **heads,
         )
     _chunk_state_kernel.launch(
         q.device, n * hv * triton.cdiv(dv, 16),
         rows.q, rows.k, o, chunks, seq_chunks, *workspaces, plan.state_in, plan.final_arg,
         plan.read_rows, plan.write_rows, n, *qk_strides, shape={"dk": dk},
-        BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, DV=dv, **heads,
+        BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, DV=dv, DOT_PRECISION=dots, **heads,
     )
     return o.view(v.shape), plan.final

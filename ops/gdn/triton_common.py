@@ -131,13 +131,14 @@ def tile(dim: int) -> int:
 
 
 @triton.jit
-def dot_f32_acc(a, b, DOT: tl.constexpr):
+def dot_f32_acc(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
     """``a @ b`` with both operands rounded to ``DOT``, accumulated in float32.
 
     ``DOT`` is the model's dtype: bfloat16/float16 put the product on tensor
-    cores (the cube on Ascend); float32 keeps full float32 products
-    (``"ieee"``, no TF32), so float32 inputs follow the float32 reference to
-    float32 rounding. The precision is named explicitly because triton-ascend
-    has no default for it; for 16-bit operands it is ignored.
+    cores (the cube on Ascend); float32 operands are multiplied as
+    ``PRECISION`` says, the host's ``_triton.dot_precision`` (IEEE: float32
+    inputs follow the float32 reference to float32 rounding) or
+    ``_triton.float32_dot_precision`` for float32 operands in a 16-bit model.
+    Named explicitly: triton-ascend has no default for it.
     """
-    return tl.dot(a.to(DOT), b.to(DOT), input_precision="ieee")
+    return tl.dot(a.to(DOT), b.to(DOT), input_precision=PRECISION)
