@@ -19,8 +19,11 @@ fresh Triton cache).
 Prints one line per kernel (``ok`` or ``FAIL <kernel>: <first compiler error>``)
 and the summary ``sm_90: K/N kernels compile; spills in M`` (M: kernels with
 any spill in a config compiled). Exit status 1 if a kernel fails to compile,
-spills more than ``MAX_SPILL_BYTES`` in a config or needs more shared memory
-than an sm_90 block has; 2 if this Triton has no CUDA backend or ptxas.
+spills more than ``MAX_SPILL_BYTES`` in a config, needs more shared memory
+than an sm_90 block has, or is one of ``TENSOR_CORE_KERNELS`` and spills at
+all or has no ``mma``/``wgmma`` in a config (with ``--max-compile-s S``: or a
+config's cold compile took longer than S); 2 if this Triton has no CUDA
+backend or ptxas.
 What this cannot show: run times (no device here) and whether the autotuner's
 pick on a GPU is the fastest.
 """
@@ -51,6 +54,9 @@ from compile_errors import first_error  # noqa: E402
 
 SM90_SHARED_BYTES = 227 * 1024  # the most shared memory one block may use on sm_90
 MAX_SPILL_BYTES = 4096  # spill stores per thread a kept config may have (issue 22)
+# Kernels written for tensor cores (issue 22: the GDN chunk kernels): every config must use mma/wgmma and spill
+# nothing. A name no launch has is an error (a renamed kernel cannot drop out of the requirement).
+TENSOR_CORE_KERNELS = ("_chunk_prep_kernel", "_chunk_solve_kernel", "_chunk_wu_kernel", "_chunk_state_kernel")
 # GPUTarget(backend, capability, warp size): an H100/H200, as its driver reports it (warps of 32 threads).
 TARGET_ARGS = ("cuda", 90, 32)
 
@@ -68,6 +74,7 @@ class Result:
     mma: int = 0
     wgmma: int = 0
     seconds: float = 0.0
+    max_compile_s: float | None = None  # the --max-compile-s limit this config was held to, if any
 
     @property
     def over_limit(self) -> str:
@@ -77,6 +84,13 @@ class Result:
             return f"{self.spill_stores} bytes of spill stores (limit {MAX_SPILL_BYTES})"
         if self.shared > SM90_SHARED_BYTES:
             return f"{self.shared} bytes of shared memory (limit {SM90_SHARED_BYTES})"
+        if self.launch.name in TENSOR_CORE_KERNELS:
+            if self.spill_stores + self.spill_loads:
+                return f"{self.spill_stores}/{self.spill_loads} bytes of spill stores/loads (a tensor-core kernel: 0)"
+            if not self.mma + self.wgmma:
+                return "no mma/wgmma (a tensor-core kernel)"
+        if self.max_compile_s is not None and self.seconds > self.max_compile_s:
+            return f"a {self.seconds:.1f} s cold compile (limit {self.max_compile_s:g} s)"
         return ""
 
 
@@ -154,12 +168,13 @@ def ci_selection(launches) -> list:
     return list(first.values())
 
 
-def run(launches, all_configs: bool, progress=print) -> list[Result]:
+def run(launches, all_configs: bool, progress=print, max_compile_s: float | None = None) -> list[Result]:
     results = []
     for launch in launches:
         indices = range(len(launch.configs)) if all_configs else range(min(1, len(launch.configs)))
         for i in indices:
             r = compile_one(launch, i)
+            r.max_compile_s = max_compile_s
             results.append(r)
             progress(f"  {'compiled' if r.ok else 'FAILED'} {launch.describe(i)} in {r.seconds:.1f} s"
                      + (f": {r.registers} regs, spill {r.spill_stores} B, shared {r.shared} B, mma {r.mma}, "
@@ -187,7 +202,7 @@ def kernel_lines(results) -> tuple[list[str], bool, int, int]:
         summary = (f"{variants} variants, {len(mine)} configs; max {max(r.registers for r in ok)} regs, "
                    f"max spill {max(r.spill_stores for r in ok)} B, max shared {max(r.shared for r in ok)} B, "
                    f"mma/wgmma in {sum(1 for r in ok if r.mma + r.wgmma)}/{len(ok)}, "
-                   f"{sum(r.seconds for r in ok):.0f} s")
+                   f"{sum(r.seconds for r in ok):.0f} s (slowest config {max(r.seconds for r in ok):.1f} s)")
         if over:
             passed = False
             lines.append(f"FAIL {name}: {over[0].over_limit} in {over[0].launch.describe(over[0].config_index)}; "
@@ -223,7 +238,8 @@ def main(argv=None) -> int:
     p.add_argument("--all", action="store_true", help="every launch variant in every autotune config (bench mode)")
     p.add_argument("--variants", action="store_true", help="the first config of every launch variant")
     p.add_argument("--kernels", default="", help="comma-separated kernel names to compile (default: all)")
-    p.add_argument("--exclude", default="", help="comma-separated kernel names to leave out (each must exist)")
+    p.add_argument("--max-compile-s", type=float, default=None,
+                   help="fail a config whose cold compile takes longer (bench mode; not for a loaded CI machine)")
     p.add_argument("--markdown", default=None, help="write the per-config table to this file ('-': stdout)")
     p.add_argument("--quiet", action="store_true", help="no line per compiled config")
     args = p.parse_args(argv)
@@ -234,8 +250,11 @@ def main(argv=None) -> int:
     import triton
 
     t0 = time.perf_counter()
-    launches = triton_launches.only_kernels(triton_launches.enumerate_launches("cuda"), args.kernels,
-                                          args.exclude)
+    every_launch = triton_launches.enumerate_launches("cuda")
+    stale = set(TENSOR_CORE_KERNELS) - {launch.name for launch in every_launch}
+    if stale:
+        raise RuntimeError(f"sm90_check: TENSOR_CORE_KERNELS names {sorted(stale)}, which no op launches")
+    launches = triton_launches.only_kernels(every_launch, args.kernels)
     n_kernels = len({launch.name for launch in launches})
     mode = ("every variant x config" if args.all else "first config of every variant" if args.variants else
             "CI mode: first variant and config of each kernel")
@@ -244,7 +263,7 @@ def main(argv=None) -> int:
     if not (args.all or args.variants):
         launches = ci_selection(launches)
     results = run(launches, args.all, progress=(lambda _line: None) if args.quiet else
-                  (lambda line: print(line, flush=True)))
+                  (lambda line: print(line, flush=True)), max_compile_s=args.max_compile_s)
     lines, passed, compiling, spilling = kernel_lines(results)
     for line in lines:
         print(line)

@@ -294,20 +294,17 @@ def enumerate_launches(target: str, ops_subset=None) -> list[Launch]:
     return launches
 
 
-def only_kernels(launches, names: str, exclude: str = "") -> list:
-    """The launches of the comma-separated kernel ``names`` ("" keeps all), less those named in ``exclude``.
+def only_kernels(launches, names: str) -> list:
+    """The launches of the comma-separated kernel ``names`` ("" keeps all).
 
-    A name in either list that no launch has raises ValueError, so a stale name cannot pass unnoticed.
+    A name that no launch has raises ValueError, so a stale name cannot pass unnoticed.
     """
     known = {launch.name for launch in launches}
     wanted = set(names.split(",")) if names else set(known)
-    dropped = set(exclude.split(",")) if exclude else set()
-    for flag, given in (("--kernels", wanted), ("--exclude", dropped)):
-        unknown = given - known
-        if unknown:
-            raise ValueError(f"{flag}: no launch of {sorted(unknown)}; the kernels are {sorted(known)}")
-    keep = wanted - dropped
-    return [launch for launch in launches if launch.name in keep]
+    unknown = wanted - known
+    if unknown:
+        raise ValueError(f"--kernels: no launch of {sorted(unknown)}; the kernels are {sorted(known)}")
+    return [launch for launch in launches if launch.name in wanted]
 
 
 def main(argv=None) -> int:

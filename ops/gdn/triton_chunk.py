@@ -12,44 +12,60 @@ of g, ``Gam = exp(G)`` and k, q the (l2-normalised when asked) rows:
   ``Aqk[i, j] = scale (q_i . k_j) exp(G_i - G_j)`` for j <= i,
   and the next state ``exp(G_L) S + (exp(G_L - G) k)^T v_new``.
 
-Two launches, each on a persistent grid:
+Four launches, each on a persistent grid; the first three have one item per
+(chunk, value head), all in parallel:
 
-1. ``_chunk_prep_kernel``, one item per (chunk, value head), all in
-   parallel: G, A (in 16 x 16 blocks) and Aqk (one 64 x 64 tile), the
-   inverse, then w and u, written to workspaces, with the per-row factors the
-   second launch needs (``scale Gam / |q|`` and ``exp(G_L - G) / |k|``) and the
-   chunk's decay ``exp(G_L)``.
-2. ``_chunk_state_kernel``, one item per (sequence, value head, Dv block):
+1. ``_chunk_prep_kernel``: G, ``K K^T`` and ``Q K^T`` of the raw rows (64 x 64
+   tiles over Dk blocks) with the squared row norms, then A (float32) and Aqk
+   (model dtype) to workspaces, with the per-row factors the later launches
+   need (``scale Gam / |q|``, ``exp(G_L - G) / |k|``, ``beta Gam / |k|``) and
+   the chunk's decay ``exp(G_L)``.
+2. ``_chunk_solve_kernel``: ``Tinv = (I + A)^-1`` in float32, written as
+   ``Tinv diag(beta Gam / |k|)`` and ``Tinv diag(beta)`` in the model dtype.
+3. ``_chunk_wu_kernel``: ``w = Tinv diag(beta Gam / |k|) k`` (model dtype) and
+   ``u = Tinv diag(beta) v`` (float32), over Dk and Dv blocks.
+4. ``_chunk_state_kernel``, one item per (sequence, value head, Dv block):
    walks the sequence's chunks in order with S [Dk, BLOCK_V] in registers,
    producing that chunk's outputs and the next state. Outputs are computed
-   here rather than in a third launch so no per-chunk state has to be stored
+   here rather than in a fifth launch so no per-chunk state has to be stored
    (for 8k tokens, 32 heads and 128 x 128 states that would be 268 MB).
 
-Precision (as fla's chunk kernels): every ``tl.dot`` takes its operands in
-the model's dtype and accumulates in float32 (``dot_f32_acc``): tensor cores
-for bfloat16/float16, full float32 products for float32 inputs. Everything
-else (gates, exp, cumulative sums, l2 norms, the inverse, the state S) is
-float32. The dots read the raw q, k, v (exact in their dtype); the float32
-row and column factors (beta, decays, 1/|k|, 1/|q|, scale) are applied to the
-other operand or to the float32 product, so what is rounded to the model's
-dtype is only: Tinv with its column factors, w and Aqk (stored in the model's
-dtype), S, v_new and its row factors. The inverse is float32 throughout
-(float32 dots on 16 x 16 blocks).
+Split this way, no launch holds more than a few 64 x 64 tiles: on sm_90 every
+config of the four compiles without a spill in seconds
+(``bench/toolchains/sm90_check.py``), where the earlier two-launch float32
+form spilled 74,892 B (prep, first config) and took 452 s to compile
+(bench/RESULTS.md, "Toolchain checks").
 
-The inverse works on 16 x 16 blocks held as separate tiles (Triton cannot
-slice a register tile): A's ten lower blocks come straight from dots of
-16-row blocks of k; each diagonal block is inverted by forward substitution
-(one row per step, 15 steps, the whole tile with masks), the blocks below by
-block forward substitution ``Tinv[r, c] = -Tinv[r, r] sum_{c<=m<r} A[r, m] Tinv[m, c]``.
-w and u are formed block row by block row. Small tiles keep the prep kernel's
-registers far from spilling.
+Precision (as fla's chunk kernels): every ``tl.dot`` of q, k, v or a
+model-dtype workspace takes its operands in the model's dtype and accumulates
+in float32 (``dot_f32_acc`` with the host's ``_triton.dot_precision``): tensor
+cores for bfloat16/float16, IEEE float32 products for float32 inputs.
+Everything else (gates, exp, cumulative sums, l2 norms, the inverse, the state
+S) is float32. The dots read the raw q, k, v (exact in their dtype); the
+float32 row and column factors (beta, decays, 1/|k|, 1/|q|, scale) are applied
+to the other operand or to the float32 product, so what is rounded to the
+model's dtype is only: Tinv with its column factors, w and Aqk (stored in the
+model's dtype), S, v_new and its row factors (``tests/gdn_chunk_rounding.py``
+models exactly these). The inverse's dots take float32 operands with
+``_triton.float32_dot_precision``: IEEE for float32 models and on Ascend, 3xTF32
+(tensor cores, about float32's accuracy) on CUDA for 16-bit models.
+
+The inverse works on 16 x 16 blocks of A held as separate tiles (Triton cannot
+slice a register tile): the four diagonal blocks are inverted together by
+forward substitution (one row per step of a loop of 15 steps, each on the
+whole tiles with masks), the blocks below by block forward substitution
+``Tinv[r, c] = -Tinv[r, r] sum_{c<=m<r} A[r, m] Tinv[m, c]``, block row by block
+row, each block stored with its column factors as soon as it is known.
 
 Ascend UB, bytes per buffer, float32 inputs (the worst case; 16-bit halves the
-q/k/v tiles), fixed config BLOCK_K = BLOCK_V = 64:
-* prep: the 64 x 64 Q K^T accumulator (16 KiB), the q and k tiles 64 x BLOCK_K
-  (16 KiB each) and the four 16-row k blocks (16 KiB), twenty 16 x 16 blocks
-  of A and Tinv (20 KiB): about 84 KiB at its peak, within a double-buffered
-  192 KiB UB.
+q/k/v tiles), fixed config BLOCK_K = BLOCK_V = 64; estimates from the tile
+sizes (not compiled for Ascend here: triton-ascend's front end only):
+* prep: in the Dk loop the two 64 x 64 accumulators and the q and k tiles
+  (16 KiB each, 64 KiB); after it the accumulators, the decay tile, A and Aqk
+  (80 KiB): within a double-buffered 192 KiB UB.
+* solve: 16 x 16 float32 tiles (1 KiB each), at most about 20 live: ~20 KiB.
+* w/u: the 64 x 64 factored Tinv, one 64 x 64 k or v tile and the product:
+  ~48 KiB.
 * state: S Dk x BLOCK_V (16 KiB for Dk = 128, BLOCK_V = 32) and its rounded
   copy, one 64 x Dk tile of w, q or k live at a time (32 KiB for Dk = 128),
   Aqk (16 KiB) and three 64 x BLOCK_V tiles (u, v_new, o: 24 KiB): about

@@ -45,27 +45,26 @@ def sm90():
         pytest.skip(f"no sm_90 toolchain in this Python: {reason}")
 
 
-# The GDN chunk kernels are still scalar fp32 on sm_90 (issue 22 open): their first config spills
-# 74,892 B (prep) and 12,280 B (state) against the 4 KB limit, and the prep kernel's cold compile
-# alone took 452 s in CI mode on the shared 2-core machine. CI mode leaves them out, naming them, until
-# their tensor-core form lands; `sm90_check.py --kernels _chunk_prep_kernel,_chunk_state_kernel`
-# shows the gap. Remove a name here when its kernel is within the limits.
-KNOWN_OVER_SPILL_LIMIT = ("_chunk_prep_kernel", "_chunk_state_kernel")
+# Every kernel the ops launch (16 since the GDN chunk kernels became four: prep, inverse, w/u, state).
+KERNELS_AT_LEAST = 16
 
 
 @pytest.mark.timeout(1500)
 def test_sm90_ci_mode_compiles_every_kernel(sm90):
-    print(f"sm_90 CI mode leaves out {', '.join(KNOWN_OVER_SPILL_LIMIT)}: over the spill limit (issue 22 open)")
     start = time.time()
-    # --exclude raises on a name no launch has, so a renamed chunk kernel cannot drop out silently.
-    out = subprocess.run([sys.executable, "sm90_check.py", "--quiet", "--exclude", ",".join(KNOWN_OVER_SPILL_LIMIT)],
-                         cwd=TOOLCHAINS, env=_env(), capture_output=True, text=True, timeout=1400)
+    out = subprocess.run([sys.executable, "sm90_check.py", "--quiet"], cwd=TOOLCHAINS, env=_env(),
+                         capture_output=True, text=True, timeout=1400)
     print(out.stdout[-6000:], f"\n(sm_90 CI mode took {time.time() - start:.0f} s)")
     summary = [line for line in out.stdout.splitlines() if line.startswith("sm_90: ")]
     assert summary, out.stdout[-3000:] + out.stderr[-3000:]
     kernels, total = summary[0].split()[1].split("/")
-    assert int(total) >= 14 - len(KNOWN_OVER_SPILL_LIMIT) and kernels == total, summary[0]
+    assert int(total) >= KERNELS_AT_LEAST and kernels == total, summary[0]
     assert out.returncode == 0, out.stdout[-3000:]
+    # The GDN chunk kernels are held to tensor cores and no spill at all (sm90_check.TENSOR_CORE_KERNELS).
+    chunk_lines = [line for line in out.stdout.splitlines() if line.startswith("ok   _chunk_")]
+    assert len(chunk_lines) == 4, out.stdout[-3000:]
+    for line in chunk_lines:
+        assert "max spill 0 B" in line and "mma/wgmma in 1/1" in line, line
 
 
 BROKEN = textwrap.dedent("""

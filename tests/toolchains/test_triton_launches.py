@@ -14,6 +14,8 @@ import triton_launches
 from qwen_ops.ops import _triton
 from qwen_ops.ops.attention import triton_common
 
+GDN_CHUNK_KERNELS = ("_chunk_prep_kernel", "_chunk_solve_kernel", "_chunk_wu_kernel", "_chunk_state_kernel")
+
 
 @pytest.fixture(scope="module", params=triton_launches.TARGETS)
 def launches(request):
@@ -23,7 +25,7 @@ def launches(request):
 def test_every_kernel_the_ops_define_is_launched(launches):
     target, found = launches
     defined = {triton_launches.kernel_name(k) for k in triton_launches.kernels_defined()}
-    assert len(defined) >= 14
+    assert len(defined) >= 16  # the GDN chunk's four launches included
     assert {launch.name for launch in found} == defined
     assert all(launch.target == target and launch.scenarios for launch in found)
 
@@ -52,10 +54,19 @@ def test_every_dot_gets_an_explicit_precision(launches):
     target, found = launches
     with_dots = [launch for launch in found if "DOT_PRECISION" in launch.kwargs]
     assert {launch.name for launch in with_dots} >= {"_decode_kernel", "_prefill_kernel", "_mixed_kernel",
-                                                     "_gate_up_kernel", "_down_kernel"}
+                                                     "_gate_up_kernel", "_down_kernel", *GDN_CHUNK_KERNELS}
     for launch in with_dots:
         dtype = torch.bfloat16 if "*bfloat16" in launch.signature else torch.float16
-        assert launch.kwargs["DOT_PRECISION"] == _triton.dot_precision(target, dtype), launch.describe()
+        # The GDN chunk's inverse multiplies float32 blocks (its error reaches every w and u row).
+        choose = _triton.float32_dot_precision if launch.name == "_chunk_solve_kernel" else _triton.dot_precision
+        assert launch.kwargs["DOT_PRECISION"] == choose(target, dtype), launch.describe()
+
+
+def test_gdn_chunk_inverse_precision_is_one_each_target_accepts(launches):
+    """3xTF32 (tensor cores) on CUDA; IEEE on Ascend, one of the two triton-ascend's NPUOptions allow."""
+    target, found = launches
+    chosen = {launch.kwargs["DOT_PRECISION"] for launch in found if launch.name == "_chunk_solve_kernel"}
+    assert chosen == ({"tf32x3"} if target == "cuda" else {"ieee"})
 
 
 def test_dot_precision_per_target():
@@ -66,6 +77,19 @@ def test_dot_precision_per_target():
         _triton.dot_precision("rocm", torch.float16)
     with pytest.raises(ValueError, match="dtype"):
         _triton.dot_precision("cuda", torch.int8)
+
+
+def test_float32_dot_precision_per_target():
+    """float32 operands in a 16-bit model: tensor cores on CUDA, IEEE elsewhere; a float32 model: IEEE everywhere."""
+    assert _triton.float32_dot_precision("cuda", torch.bfloat16) == "tf32x3"
+    for kind in ("cuda", "npu", "interpreter"):
+        assert _triton.float32_dot_precision(kind, torch.float32) == "ieee"
+    assert _triton.float32_dot_precision("npu", torch.float16) == "ieee"
+    assert _triton.float32_dot_precision("interpreter", torch.bfloat16) == "ieee"
+    with pytest.raises(ValueError, match="kind"):
+        _triton.float32_dot_precision("rocm", torch.float16)
+    with pytest.raises(ValueError, match="model_dtype"):
+        _triton.float32_dot_precision("cuda", torch.int8)
 
 
 def test_recording_runs_nothing_and_ends():
