@@ -22,13 +22,26 @@ from qwen_ops.ops.gdn.reference_chunk import CHUNK_SIZE, _to_chunks, unit_lower_
 from qwen_ops.ops.gdn.reference_recurrent import run_per_sequence
 
 
-def _rounder(dot_dtype: torch.dtype):
+def _truncate_to_bfloat16(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> bfloat16 -> float32 by dropping the low 16 bits, as Triton's interpreter converts."""
+    return (x.to(torch.float32).view(torch.int32) & -65536).view(torch.float32)
+
+
+def _rounder(dot_dtype: torch.dtype, truncate: bool):
+    if truncate:
+        if dot_dtype != torch.bfloat16:
+            raise ValueError(f"truncate: only the bfloat16 conversion truncates under the interpreter, not {dot_dtype}")
+        return _truncate_to_bfloat16
     return lambda x: x.to(dot_dtype).to(torch.float32)
 
 
-def rounded_chunk_sequence(dot_dtype: torch.dtype):
-    """A ``SequenceFn`` (see ``reference_recurrent.py``): one sequence with the kernels' roundings to ``dot_dtype``."""
-    rnd = _rounder(dot_dtype)
+def rounded_chunk_sequence(dot_dtype: torch.dtype, truncate: bool = False):
+    """A ``SequenceFn`` (see ``reference_recurrent.py``): one sequence with the kernels' roundings to ``dot_dtype``.
+
+    ``truncate``: convert to bfloat16 by truncation, as the kernels do under Triton's interpreter
+    (``tests/tolerances.py: INTERPRETER_FP32_TO_BF16``), instead of rounding to nearest as on a device.
+    """
+    rnd = _rounder(dot_dtype, truncate)
 
     def sequence(q, k, v, g, beta, state):
         length = q.shape[0]
@@ -57,6 +70,6 @@ def rounded_chunk_sequence(dot_dtype: torch.dtype):
     return sequence
 
 
-def rounded_chunk_gated_delta_rule(dot_dtype: torch.dtype, **op_arguments):
+def rounded_chunk_gated_delta_rule(dot_dtype: torch.dtype, truncate: bool = False, **op_arguments):
     """``chunk_gated_delta_rule``'s arguments and result (as ``run_per_sequence``), with the kernels' roundings."""
-    return run_per_sequence(rounded_chunk_sequence(dot_dtype), **op_arguments)
+    return run_per_sequence(rounded_chunk_sequence(dot_dtype, truncate), **op_arguments)

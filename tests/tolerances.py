@@ -93,19 +93,22 @@ DECODE_KERNEL_AT_HEAD_256 = {
 # that dtype (as fla does: tensor cores, float32 accumulation): Tinv's factored forms, w, Aqk, the state S
 # at each chunk start and v_new are rounded to it (half an ulp: 2**-11 float16, 2**-8 bfloat16, relative),
 # where the torch reference keeps float32. Final states (float32, entries up to ~4 in the tests) against the
-# float32 reference, measured max |diff| over 3 draws of 4 packed sequences (1-130 tokens, Dk 32, Dv 48):
-# float16 kernel under the interpreter 6.0e-4; bfloat16 by the rounding model of tests/gdn_chunk_rounding.py
-# 4.7e-3 (the interpreter cannot run a bfloat16 tl.dot). The bounds leave ~3-4x. Outputs, stored in the
-# 16-bit dtype, stay within KERNEL_VS_REFERENCE.
+# float32 reference, measured max |diff| over 3 draws (seeds 0-2) of 4 packed sequences (1-130 tokens, Dk 32,
+# Dv 48): float16 kernel under the interpreter 5.9e-4; bfloat16 by the
+# rounding model of tests/gdn_chunk_rounding.py rounding to nearest as a device does 4.7e-3, and the bfloat16
+# kernel under the interpreter, whose float32 -> bfloat16 conversions truncate (INTERPRETER_FP32_TO_BF16),
+# 9.0e-3. The bounds leave 2-4x. Outputs, stored in the 16-bit dtype, stay within KERNEL_VS_REFERENCE.
 CHUNK_16BIT_DOTS_STATE_VS_FLOAT32 = {
     torch.float16: (2e-3, 2e-3),
     torch.bfloat16: (2e-2, 2e-2),
 }
 
-# The float16 kernel against the rounding model at the same dtype: both round the same operands, but float32
-# sums taken in another order put a few operands on the other side of a rounding boundary (one float16 ulp
-# each), so they agree to a few such flips, not bit for bit. Measured max |diff| 2.5e-4 (final states) over
-# the draws above; 1e-3 leaves 4x and is still half of CHUNK_16BIT_DOTS_STATE_VS_FLOAT32's float16 bound.
+# The 16-bit kernel under the interpreter against the rounding model at the same dtype (for bfloat16 the model
+# truncating as the interpreter does): both round the same operands, but float32 sums taken in another order
+# put a few operands on the other side of a rounding boundary (one ulp each), so they agree to a few such
+# flips, not bit for bit. Measured max |diff| (final states) over the draws above: float16 2.5e-4, bfloat16
+# 8.4e-4. The bounds leave 4-5x and stay well under CHUNK_16BIT_DOTS_STATE_VS_FLOAT32's.
 CHUNK_KERNEL_VS_ROUNDING_MODEL = {
     torch.float16: (1e-3, 1e-3),
+    torch.bfloat16: (4e-3, 4e-3),
 }

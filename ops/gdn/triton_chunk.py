@@ -143,7 +143,7 @@ def _unit_lower_inverse_blocks(a0, a1, a2, a3):
 @triton.jit
 def _dot32(a, b, PRECISION: tl.constexpr):
     """A float32 product of two 16 x 16 blocks of the inverse, whose error every w and u row inherits."""
-    return dot_f32_acc(a, b, tl.float32, PRECISION)
+    return dot_f32_acc(a, b, tl.float32, PRECISION, False)
 
 
 @triton.jit
@@ -154,14 +154,19 @@ def _load_block(ws, start, length, head, R: tl.constexpr, C: tl.constexpr, HV: t
 
 
 @triton.jit
-def _store_factored(tk_ws, tv_ws, t, w_gain, beta, start, length, head, R: tl.constexpr, C: tl.constexpr,
-                    HV: tl.constexpr, BT: tl.constexpr):
-    """``t diag(w_gain)`` and ``t diag(beta)`` into block (R, C) of a chunk's rows of two [T * HV, BT] workspaces."""
+def _store_factored(tk_ws, tv_ws, t, w_gain_ws, beta, stride_b_t, start, length, head, R: tl.constexpr,
+                    C: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr):
+    """Block (R, C) of Tinv as ``t diag(beta Gam / |k|)`` and ``t diag(beta)`` into two [T * HV, BT] workspaces.
+
+    The column factors of column block C are read here, per block (16 floats each, from cache).
+    """
     rows = tl.arange(0, SUB) + R * SUB  # tensor first: the interpreter keeps constexpr + tensor a constexpr
     ws_row = (start + rows) * HV + head
     cols = tl.arange(0, SUB) + C * SUB
+    w_gain = _load_block_gain(w_gain_ws, start, length, head, HV, C)
+    beta_c = _load_block_gain(beta, start, length, head, stride_b_t, C)
     _store_rows(tk_ws, ws_row, rows < length, cols, BT, t * w_gain[None, :])
-    _store_rows(tv_ws, ws_row, rows < length, cols, BT, t * beta[None, :])
+    _store_rows(tv_ws, ws_row, rows < length, cols, BT, t * beta_c[None, :])
 
 
 @triton.jit
@@ -188,7 +193,7 @@ def _chunk_prep_kernel(
     stride_q_t, stride_q_h, stride_k_t, stride_k_h, stride_g_t, stride_b_t,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr,
-    L2NORM: tl.constexpr, EPS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    L2NORM: tl.constexpr, EPS: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOTS: tl.constexpr,
 ):
     DOT: tl.constexpr = q.dtype.element_ty
     rows = tl.arange(0, BT)
@@ -217,8 +222,8 @@ def _chunk_prep_kernel(
             cols = k0 + tl.arange(0, BLOCK_K)
             k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
             q_blk = _load_rows(q_base, tok, row_ok, stride_q_t, cols, DK)
-            kk += dot_f32_acc(k_blk, tl.trans(k_blk), DOT, DOT_PRECISION)
-            qk += dot_f32_acc(q_blk, tl.trans(k_blk), DOT, DOT_PRECISION)
+            kk += dot_f32_acc(k_blk, tl.trans(k_blk), DOT, DOT_PRECISION, UPCAST_DOTS)
+            qk += dot_f32_acc(q_blk, tl.trans(k_blk), DOT, DOT_PRECISION, UPCAST_DOTS)
             k_sq += tl.sum(k_blk.to(tl.float32) * k_blk.to(tl.float32), axis=1)
             q_sq += tl.sum(q_blk.to(tl.float32) * q_blk.to(tl.float32), axis=1)
         k_inv_norm = _inverse_norm(k_sq, L2NORM, EPS)
@@ -263,39 +268,30 @@ def _chunk_solve_kernel(beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws, n_chunks, s
             _load_block(a_ws, start, length, head, 0, 0, HV, BT), _load_block(a_ws, start, length, head, 1, 1, HV, BT),
             _load_block(a_ws, start, length, head, 2, 2, HV, BT), _load_block(a_ws, start, length, head, 3, 3, HV, BT))
         # Block row by block row, each block stored as soon as it is known (fewer tiles live at once).
-        # The column factors of column block c: w_gain (wg) and beta (bg).
-        wg0 = _load_block_gain(w_gain_ws, start, length, head, HV, 0)
-        bg0 = _load_block_gain(beta, start, length, head, stride_b_t, 0)
-        _store_factored(tk_ws, tv_ws, t00, wg0, bg0, start, length, head, 0, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t00, w_gain_ws, beta, stride_b_t, start, length, head, 0, 0, HV, BT)
         # P: the precision of these float32 products (the host's float32_dot_precision).
         P: tl.constexpr = DOT_PRECISION
         a10 = _load_block(a_ws, start, length, head, 1, 0, HV, BT)
         t10 = -_dot32(t11, _dot32(a10, t00, P), P)
-        wg1 = _load_block_gain(w_gain_ws, start, length, head, HV, 1)
-        bg1 = _load_block_gain(beta, start, length, head, stride_b_t, 1)
-        _store_factored(tk_ws, tv_ws, t10, wg0, bg0, start, length, head, 1, 0, HV, BT)
-        _store_factored(tk_ws, tv_ws, t11, wg1, bg1, start, length, head, 1, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t10, w_gain_ws, beta, stride_b_t, start, length, head, 1, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t11, w_gain_ws, beta, stride_b_t, start, length, head, 1, 1, HV, BT)
         a20 = _load_block(a_ws, start, length, head, 2, 0, HV, BT)
         a21 = _load_block(a_ws, start, length, head, 2, 1, HV, BT)
         t20 = -_dot32(t22, _dot32(a20, t00, P) + _dot32(a21, t10, P), P)
         t21 = -_dot32(t22, _dot32(a21, t11, P), P)
-        wg2 = _load_block_gain(w_gain_ws, start, length, head, HV, 2)
-        bg2 = _load_block_gain(beta, start, length, head, stride_b_t, 2)
-        _store_factored(tk_ws, tv_ws, t20, wg0, bg0, start, length, head, 2, 0, HV, BT)
-        _store_factored(tk_ws, tv_ws, t21, wg1, bg1, start, length, head, 2, 1, HV, BT)
-        _store_factored(tk_ws, tv_ws, t22, wg2, bg2, start, length, head, 2, 2, HV, BT)
+        _store_factored(tk_ws, tv_ws, t20, w_gain_ws, beta, stride_b_t, start, length, head, 2, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t21, w_gain_ws, beta, stride_b_t, start, length, head, 2, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t22, w_gain_ws, beta, stride_b_t, start, length, head, 2, 2, HV, BT)
         a30 = _load_block(a_ws, start, length, head, 3, 0, HV, BT)
         a31 = _load_block(a_ws, start, length, head, 3, 1, HV, BT)
         a32 = _load_block(a_ws, start, length, head, 3, 2, HV, BT)
         t30 = -_dot32(t33, _dot32(a30, t00, P) + _dot32(a31, t10, P) + _dot32(a32, t20, P), P)
         t31 = -_dot32(t33, _dot32(a31, t11, P) + _dot32(a32, t21, P), P)
         t32 = -_dot32(t33, _dot32(a32, t22, P), P)
-        wg3 = _load_block_gain(w_gain_ws, start, length, head, HV, 3)
-        bg3 = _load_block_gain(beta, start, length, head, stride_b_t, 3)
-        _store_factored(tk_ws, tv_ws, t30, wg0, bg0, start, length, head, 3, 0, HV, BT)
-        _store_factored(tk_ws, tv_ws, t31, wg1, bg1, start, length, head, 3, 1, HV, BT)
-        _store_factored(tk_ws, tv_ws, t32, wg2, bg2, start, length, head, 3, 2, HV, BT)
-        _store_factored(tk_ws, tv_ws, t33, wg3, bg3, start, length, head, 3, 3, HV, BT)
+        _store_factored(tk_ws, tv_ws, t30, w_gain_ws, beta, stride_b_t, start, length, head, 3, 0, HV, BT)
+        _store_factored(tk_ws, tv_ws, t31, w_gain_ws, beta, stride_b_t, start, length, head, 3, 1, HV, BT)
+        _store_factored(tk_ws, tv_ws, t32, w_gain_ws, beta, stride_b_t, start, length, head, 3, 2, HV, BT)
+        _store_factored(tk_ws, tv_ws, t33, w_gain_ws, beta, stride_b_t, start, length, head, 3, 3, HV, BT)
 
 
 def _wu_fixed(**_shape) -> dict:
@@ -315,6 +311,7 @@ def _chunk_wu_kernel(
     stride_k_t, stride_k_h, stride_v_t, stride_v_h,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST_DOTS: tl.constexpr,
 ):
     """w = (Tinv diag(beta Gam / |k|)) k and u = (Tinv diag(beta)) v per (chunk, value head), over Dk and Dv blocks."""
     DOT: tl.constexpr = k.dtype.element_ty
@@ -334,12 +331,12 @@ def _chunk_wu_kernel(
         for k0 in tl.static_range(0, DK, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
             k_blk = _load_rows(k_base, tok, row_ok, stride_k_t, cols, DK)
-            _store_rows(w_ws, ws_row, row_ok, cols, DK, dot_f32_acc(t_k, k_blk, DOT, DOT_PRECISION))
+            _store_rows(w_ws, ws_row, row_ok, cols, DK, dot_f32_acc(t_k, k_blk, DOT, DOT_PRECISION, UPCAST_DOTS))
         t_v = tl.load(tv_ws + ws_row[:, None] * BT + rows[None, :], mask=lower, other=0.0)
         for v0 in tl.static_range(0, DV, BLOCK_V):
             cols = v0 + tl.arange(0, BLOCK_V)
             v_blk = _load_rows(v_base, tok, row_ok, stride_v_t, cols, DV)
-            _store_rows(u_ws, ws_row, row_ok, cols, DV, dot_f32_acc(t_v, v_blk, DOT, DOT_PRECISION))
+            _store_rows(u_ws, ws_row, row_ok, cols, DV, dot_f32_acc(t_v, v_blk, DOT, DOT_PRECISION, UPCAST_DOTS))
 
 
 def _state_fixed(*, dk: int) -> dict:
@@ -365,7 +362,7 @@ def _chunk_state_kernel(
     stride_q_t, stride_q_h, stride_k_t, stride_k_h,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
-    POOL: tl.constexpr, STORE_FINAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    POOL: tl.constexpr, STORE_FINAL: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOTS: tl.constexpr,
 ):
     DOT: tl.constexpr = q.dtype.element_ty
     n_vblocks: tl.constexpr = (DV + BLOCK_V - 1) // BLOCK_V
@@ -396,20 +393,21 @@ def _chunk_state_kernel(
                 # v_new = u - w S: the values corrected by what the state already predicts.
                 w_t = _load_rows(w_ws, ws_row, row_ok, DK, dk, DK)
                 u_t = _load_rows(u_ws, ws_row, row_ok, DV, dv, DV)
-                v_new = u_t - dot_f32_acc(w_t, state_dot, DOT, DOT_PRECISION)
+                v_new = u_t - dot_f32_acc(w_t, state_dot, DOT, DOT_PRECISION, UPCAST_DOTS)
                 # Outputs: the decayed state read by q (its factor scale Gam / |q| after the dot),
                 # plus the in-chunk attention.
                 q_t = _load_rows(q_base, tok, row_ok, stride_q_t, dk, DK)
                 q_gain = tl.load(q_gain_ws + ws_row, mask=row_ok, other=0.0)
                 aqk = _load_rows(aqk_ws, ws_row, row_ok, BT, rows, BT)
-                o_t = q_gain[:, None] * dot_f32_acc(q_t, state_dot, DOT, DOT_PRECISION) + dot_f32_acc(aqk, v_new, DOT, DOT_PRECISION)
+                o_t = (q_gain[:, None] * dot_f32_acc(q_t, state_dot, DOT, DOT_PRECISION, UPCAST_DOTS)
+                       + dot_f32_acc(aqk, v_new, DOT, DOT_PRECISION, UPCAST_DOTS))
                 _store_rows(o, ws_row, row_ok, dv, DV, o_t)
                 # Next state: decay to the chunk end, add the chunk's corrected writes
                 # (k's factor exp(G_L - G) / |k| applied to v_new's rows).
                 k_t = _load_rows(k_base, tok, row_ok, stride_k_t, dk, DK)
                 k_gain = tl.load(k_gain_ws + ws_row, mask=row_ok, other=0.0)
                 state = (state * tl.load(chunk_decay_ws + chunk * HV + head)
-                         + dot_f32_acc(tl.trans(k_t), v_new * k_gain[:, None], DOT, DOT_PRECISION))
+                         + dot_f32_acc(tl.trans(k_t), v_new * k_gain[:, None], DOT, DOT_PRECISION, UPCAST_DOTS))
             if POOL:
                 tl.store(state_in + write_row * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if STORE_FINAL:
@@ -459,24 +457,26 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     # The dots of q, k, v and the model-dtype workspaces, and the inverse's float32 dots (module doc).
     kind = target(q.device)
     dots, inverse_dots = dot_precision(kind, q.dtype), float32_dot_precision(kind, q.dtype)
+    # The interpreter multiplies the rounded 16-bit operands as float32 (dot_f32_acc): its bfloat16 tl.dot is wrong.
+    dots_in = dict(DOT_PRECISION=dots, UPCAST_DOTS=kind == "interpreter")
     if n_chunks > 0:
         _chunk_prep_kernel.launch(
             q.device, n_chunks * hv,
             rows.q, rows.k, rows.g, rows.beta, chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, a_ws, w_gain_ws,
             float(scale), n_chunks, *qk_strides, rows.g.stride(0), rows.beta.stride(0),
-            L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS, DOT_PRECISION=dots, **heads,
+            L2NORM=bool(use_qk_l2norm_in_kernel), EPS=L2NORM_EPS, **dots_in, **heads,
         )
         _chunk_solve_kernel.launch(q.device, n_chunks * hv, rows.beta, chunks, a_ws, w_gain_ws, tk_ws, tv_ws,
                                    n_chunks, rows.beta.stride(0), HV=hv, BT=CHUNK, DOT_PRECISION=inverse_dots)
         _chunk_wu_kernel.launch(
             q.device, n_chunks * hv,
             rows.k, rows.v, chunks, tk_ws, tv_ws, w_ws, u_ws, n_chunks, *qk_strides[2:], *v_strides, DV=dv,
-            DOT_PRECISION=dots, **heads,
+            **dots_in, **heads,
         )
     _chunk_state_kernel.launch(
         q.device, n * hv * triton.cdiv(dv, 16),
         rows.q, rows.k, o, chunks, seq_chunks, *workspaces, plan.state_in, plan.final_arg,
         plan.read_rows, plan.write_rows, n, *qk_strides, shape={"dk": dk},
-        BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, DV=dv, DOT_PRECISION=dots, **heads,
+        BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, DV=dv, **dots_in, **heads,
     )
     return o.view(v.shape), plan.final

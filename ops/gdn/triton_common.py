@@ -131,7 +131,7 @@ def tile(dim: int) -> int:
 
 
 @triton.jit
-def dot_f32_acc(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
+def dot_f32_acc(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     """``a @ b`` with both operands rounded to ``DOT``, accumulated in float32.
 
     ``DOT`` is the model's dtype: bfloat16/float16 put the product on tensor
@@ -140,5 +140,15 @@ def dot_f32_acc(a, b, DOT: tl.constexpr, PRECISION: tl.constexpr):
     inputs follow the float32 reference to float32 rounding) or
     ``_triton.float32_dot_precision`` for float32 operands in a 16-bit model.
     Named explicitly: triton-ascend has no default for it.
+
+    ``UPCAST`` (the host sets it under the interpreter only): the rounded
+    operands are multiplied as float32. The product of two 16-bit values is
+    exact in float32, so this is what a tensor core computes; the
+    interpreter's own bfloat16 ``tl.dot`` is wrong, and this lets the CPU
+    tests run the bfloat16 path of the kernels.
     """
-    return tl.dot(a.to(DOT), b.to(DOT), input_precision=PRECISION)
+    a = a.to(DOT)
+    b = b.to(DOT)
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PRECISION)
+    return tl.dot(a, b, input_precision=PRECISION)

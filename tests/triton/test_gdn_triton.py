@@ -207,23 +207,29 @@ def _rounding_case(gen, dtype):
     return inputs, dict(initial_state=initial, output_final_state=True, cu_seqlens=offsets(lengths), scale=0.3)
 
 
-def _rounding_model(dtype, inputs, call):
+def _rounding_model(dtype, inputs, call, truncate=False):
     q, k, v, g, beta = inputs
-    return rounded_chunk_gated_delta_rule(dtype, q=q, k=k, v=v, g=g, beta=beta, ssm_state_indices=None,
+    return rounded_chunk_gated_delta_rule(dtype, truncate, q=q, k=k, v=v, g=g, beta=beta, ssm_state_indices=None,
                                           has_initial_state=None, use_qk_l2norm_in_kernel=False, **call)
 
 
-def test_chunk_kernel_16bit_dots_follow_the_rounding_model(gen):
-    """float16 (the 16-bit dtype the interpreter's tl.dot computes right): the kernel's difference from the
-    float32 reference is its operand roundings, as tests/gdn_chunk_rounding.py models them."""
-    inputs, call = _rounding_case(gen, torch.float16)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_chunk_kernel_16bit_dots_follow_the_rounding_model(gen, dtype):
+    """The kernels' 16-bit path on the CPU: under the interpreter they multiply the rounded operands as float32
+    (dot_f32_acc's UPCAST; what a tensor core computes), so their difference from the float32 reference is their
+    operand roundings, as tests/gdn_chunk_rounding.py models them (truncating to bfloat16, as the interpreter
+    converts; a device rounds to nearest)."""
+    inputs, call = _rounding_case(gen, dtype)
     tri_o, tri_final = ops.chunk_gated_delta_rule(*inputs, backend="triton", **call)
-    model_o, model_final = _rounding_model(torch.float16, inputs, call)
+    model_o, model_final = _rounding_model(dtype, inputs, call, truncate=dtype == torch.bfloat16)
     ref_o, ref_final = ops.chunk_gated_delta_rule(*inputs, backend="torch", **call)
-    torch.testing.assert_close(tri_o, model_o, **tol(KERNEL_VS_REFERENCE, torch.float16))
-    torch.testing.assert_close(tri_final, model_final, **tol(CHUNK_KERNEL_VS_ROUNDING_MODEL, torch.float16))
+    torch.testing.assert_close(tri_o, model_o, **tol(KERNEL_VS_REFERENCE, dtype))
+    torch.testing.assert_close(tri_final, model_final, **tol(CHUNK_KERNEL_VS_ROUNDING_MODEL, dtype))
     # The model is not the float32 reference: the roundings are visible, so the check above has teeth.
     assert not torch.allclose(model_final, ref_final, **tol(KERNEL_VS_REFERENCE, F32))
+    # And the kernel is within the bound the GPU test holds it to.
+    torch.testing.assert_close(tri_o, ref_o, **tol(KERNEL_VS_REFERENCE, dtype))
+    torch.testing.assert_close(tri_final, ref_final, **tol(CHUNK_16BIT_DOTS_STATE_VS_FLOAT32, dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
