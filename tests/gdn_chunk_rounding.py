@@ -5,8 +5,9 @@ dtype (bfloat16/float16) and accumulates in float32; everything else is
 float32. This file is ``ops/gdn/reference_chunk.py``'s algorithm with the
 same operands rounded at the same points, so that a kernel run can be compared
 with what its roundings alone explain, and so that the error those roundings
-cause against the float32 reference can be measured for bfloat16 on the CPU
-(where Triton's interpreter cannot run a bfloat16 ``tl.dot``).
+cause against the float32 reference can be measured on the CPU, for bfloat16
+rounded to nearest as on a device (Triton's interpreter truncates: the model
+does so too when asked, to be compared with a kernel run under it).
 
 Rounded (to ``dot_dtype`` and back): ``Tinv diag(beta Gam)`` and ``Tinv diag(beta)``
 (the w/u launch's left operands), w and Aqk (stored in the dot dtype), the
