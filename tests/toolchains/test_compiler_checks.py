@@ -2,7 +2,8 @@
 
 The sm_90 check runs here in a subprocess (the kernels must not be interpreted
 there), with the first config of each kernel: it must compile all of them within
-the spill and shared-memory limits. A deliberately broken kernel must come out as
+the spill and shared-memory limits, the GDN chunk kernels on tensor cores with no
+spill at all. A deliberately broken kernel must come out as
 a failure line naming it with its first compiler error. triton-ascend's front end
 runs in its own environment (``.ci/triton_ascend_check``, which CI calls after
 this suite); the broken-kernel test of it runs here only where that environment
@@ -65,6 +66,28 @@ def test_sm90_ci_mode_compiles_every_kernel(sm90):
     assert len(chunk_lines) == 4, out.stdout[-3000:]
     for line in chunk_lines:
         assert "max spill 0 B" in line and "mma/wgmma in 1/1" in line, line
+
+
+def test_sm90_limits_of_a_tensor_core_kernel():
+    """A GDN chunk kernel fails on any spill or without mma/wgmma; another kernel only past 4 KB; a slow compile
+    fails only under --max-compile-s."""
+    script = textwrap.dedent("""
+        from types import SimpleNamespace as K
+        from sm90_check import Result
+        chunk, other = K(name="_chunk_state_kernel"), K(name="_decode_kernel")
+        for r in (Result(chunk, 0, ok=True, spill_stores=8, spill_loads=8, wgmma=4), Result(chunk, 0, ok=True),
+                  Result(chunk, 0, ok=True, wgmma=4), Result(other, 0, ok=True, spill_stores=8),
+                  Result(other, 0, ok=True, spill_stores=5000, mma=1),
+                  Result(other, 0, ok=True, seconds=31.0, max_compile_s=30.0)):
+            print(repr(r.over_limit))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=TOOLCHAINS, env=_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert "spill stores/loads" in lines[0] and "no mma/wgmma" in lines[1], lines
+    assert lines[2] == lines[3] == "''", lines
+    assert "5000 bytes of spill stores" in lines[4] and "31.0 s cold compile" in lines[5], lines
 
 
 BROKEN = textwrap.dedent("""
