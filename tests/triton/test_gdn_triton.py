@@ -16,11 +16,11 @@ says why it needs its size. D = 256 is covered once per kernel.
 Inputs keep the recurrence bounded, as in the reference tests: g < 0,
 beta in (0, 1), and k of unit norm (or normalised in the kernel).
 
-bfloat16: the interpreter's bfloat16 ``tl.dot`` is wrong, so the recurrent
-kernel's bfloat16 case runs on a GPU only; the chunk kernels multiply their
-rounded 16-bit operands as float32 under the interpreter (what a tensor core
-computes) and are compared on the CPU with ``tests/gdn_chunk_rounding.py``,
-the reference with the same roundings.
+bfloat16: the interpreter's bfloat16 ``tl.dot`` is wrong, so
+``test_bf16_on_gpu`` runs on a GPU only; on the CPU the chunk kernels
+multiply their rounded 16-bit operands as float32 (what a tensor core
+computes) and are compared with ``tests/gdn_chunk_rounding.py``, the
+reference with the same roundings.
 """
 from __future__ import annotations
 
