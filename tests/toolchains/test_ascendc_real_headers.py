@@ -52,11 +52,15 @@ def test_core_types_of_the_real_kernels():
     assert len(variants) == len(sources) + len(aic)
 
 
-@needs_devkit
 @pytest.mark.slow
-def test_every_kernel_compiles_against_the_real_headers():
+def test_every_kernel_compiles_against_the_real_headers(toolchain_summary):
+    reason = check.skip_reason(DEVKIT, shutil.which("g++"))
+    if reason is not None:
+        toolchain_summary(f"ascendc real headers: SKIPPED: {reason}")
+        pytest.skip(f"real-headers check unavailable: {reason}")
     proc = run_script(devkit=DEVKIT)
     lines = proc.stdout.strip().splitlines()
+    toolchain_summary(lines[-1] if lines else f"ascendc real headers: no output (exit {proc.returncode})")
     n = len(list(REPO.glob("ops_ascendc/*/op_kernel/*.cpp")))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert lines[-1] == f"ascendc real headers: {n}/{n} kernels compile"
