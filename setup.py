@@ -118,6 +118,7 @@ setup(
             "triton>=3.2",
             "transformers>=5",
             "matplotlib",
+            "cosmic-ray==8.7.0",  # bench/mutation/run_mutants.py (its tool test runs in the suite)
         ],
         "npu": ["torch_npu", "triton-ascend"],
         # The vLLM plug-in (qwen_ops.vllm_plugin) is written against exactly this vLLM

@@ -1,0 +1,66 @@
+"""What is mutation-tested, and by which tests: one table for the runner and its test.
+
+A target is a source file (Python: mutated by cosmic-ray; C++: by ``cpp_mutator``) and the test
+files that must catch a bug planted in it. The tests are the ones that exercise the file (found by
+what imports it or calls its op), not the whole suite: a mutant costs one run of them.
+
+``EQUIVALENT`` lists surviving mutants that cannot be killed because the mutated program is the
+same program (or differs only where no caller can observe it), each with the reason. A survivor not
+listed there is a gap in the tests and is reported as such.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    source: str  # repository-relative
+    tests: tuple[str, ...]
+
+    @property
+    def kind(self) -> str:
+        return "python" if self.source.endswith(".py") else "cpp"
+
+
+TARGETS: tuple[Target, ...] = (
+    # GDN state pages in the block pool (prefix caching of the hybrid model)
+    Target("GDN pages", "model/worker/gdn_pages.py",
+           ("tests/model/test_components.py", "tests/model/test_prefix_caching_config.py",
+            "tests/model/test_mtp_memory_plan.py", "tests/model/test_prefix_caching.py")),
+    # MTP drafting and rejection sampling
+    Target("MTP drafter", "model/spec_decode/drafter.py",
+           ("tests/model/test_mtp_drafter.py", "tests/model/test_mtp_speculative_loop.py",
+            "tests/model/test_mtp_engine.py")),
+    Target("rejection sampler", "model/sample/rejection_sampler.py",
+           ("tests/model/test_mtp_rejection_sampler.py", "tests/model/test_mtp_sampling.py")),
+    # The MoE router (the layer) and the expert op
+    Target("MoE layer (router)", "model/network/moe.py",
+           ("tests/model/test_moe_model.py", "tests/model/test_moe_parity.py")),
+    Target("MoE expert op", "ops/moe/op.py", ("tests/ops/test_moe_reference.py", "tests/ops/test_bad_inputs.py")),
+    Target("MoE expert grouping", "ops/moe/grouping.py", ("tests/ops/test_moe_reference.py",)),
+    Target("MoE reference", "ops/moe/reference.py", ("tests/ops/test_moe_reference.py",)),
+    # The SIMD CPU kernels (C++; every instruction-set variant the CPU runs is tested)
+    Target("GDN recurrent decode (C++)", "bindings/cpu/gdn_recurrent_decode.cpp",
+           ("tests/ops/test_vectorized_cpu_forms.py", "tests/ops/test_kv_kernel_isas.py")),
+    Target("GDN head update (C++)", "bindings/cpu/gdn_head_update.h",
+           ("tests/ops/test_vectorized_cpu_forms.py", "tests/ops/test_gdn_decode_step.py")),
+    Target("GDN decode step (C++)", "bindings/cpu/gdn_decode_step_cpu.cpp", ("tests/ops/test_gdn_decode_step.py",)),
+    Target("paged decode attention SIMD (C++)", "bindings/cpu/paged_decode_attention_simd.h",
+           ("tests/ops/test_kv_kernel_isas.py",)),
+    Target("INT8 quantize AVX-512 (C++)", "bindings/cpu/int8_quantize_avx512.cpp",
+           ("tests/ops/test_kv_kernel_isas.py",)),
+    Target("small-M linear tiles (C++)", "bindings/cpu/small_m_linear_tiles.h", ("tests/ops/test_small_m_linear.py",)),
+)
+
+# (source, the mutated line's text stripped, mutation description) -> why no test can tell.
+EQUIVALENT: dict[tuple[str, str, str], str] = {}
+
+
+def by_name(names: list[str]) -> list[Target]:
+    known = {t.name: t for t in TARGETS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown target(s) {unknown}; known: {sorted(known)}")
+    return [known[n] for n in names]
