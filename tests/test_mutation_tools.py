@@ -83,3 +83,15 @@ def test_a_python_run_reports_killed_and_surviving_mutants(tmp_path):
     # Line 2 is tested: every mutant there is killed; line 6 is not: every mutant there survives.
     assert by_line.get(2) == {"killed"} and by_line.get(6) == {"survived"}, outcomes
     assert (tmp_path / "toy.py").read_text().startswith("def checked(x):\n    return x + 1\n")
+
+
+def test_every_listed_equivalent_mutant_is_still_in_its_source():
+    """A listed equivalent names a line that exists (a stale entry would hide nothing and mislead)."""
+    import run_mutants
+
+    for (source, text, operator), reason in targets.EQUIVALENT.items():
+        lines = [line.strip() for line in (REPO / source).read_text().splitlines()]
+        assert text in lines, (source, text)
+        target = next(t for t in targets.TARGETS if t.source == source)
+        assert run_mutants.equivalent_reason(target, "    " + text, operator + "X") == reason
+        assert reason and run_mutants.equivalent_reason(target, text + " ", "Other") == ""

@@ -108,8 +108,12 @@ def check_scratch_imports(workdir: Path) -> None:
         raise RuntimeError(f"the scratch copy's qwen_ops is not the one imported there: {proc.stderr[-500:]}")
 
 
-def equivalent_reason(target: Target, line_text: str, description: str) -> str:
-    return EQUIVALENT.get((target.source, line_text.strip(), description), "")
+def equivalent_reason(target: Target, line_text: str, operator: str) -> str:
+    """The reason listed in ``targets.EQUIVALENT`` for this mutation (its operator, or a prefix of it), or ''."""
+    for (source, text, prefix), reason in EQUIVALENT.items():
+        if source == target.source and text == line_text.strip() and operator.startswith(prefix):
+            return reason
+    return ""
 
 
 # ----------------------------------------------------------------------------------------- Python
@@ -162,7 +166,8 @@ def python_mutants(target: Target, workdir: Path, per_target: int, seed: int, te
                 status = "incompetent"
             else:
                 status = result.test_outcome.value
-            reason = equivalent_reason(target, source_lines[line - 1], description) if status == "survived" else ""
+            operator = mutation.operator_name.split("/")[-1]
+            reason = equivalent_reason(target, source_lines[line - 1], operator) if status == "survived" else ""
             outcomes.append(Outcome(description, "equivalent" if reason else status, result.diff or "", reason))
     session.unlink(missing_ok=True)
     return sorted(outcomes, key=lambda o: int(o.description.split()[1].rstrip(":")))
@@ -194,7 +199,7 @@ def cpp_mutants(target: Target, workdir: Path, per_target: int, seed: int, test_
             passed, _ = run_tests(target, workdir, test_timeout, wall)
             status = "survived" if passed else "killed"
             line_text = original.splitlines()[site.line - 1]
-            reason = equivalent_reason(target, line_text, site.describe()) if passed else ""
+            reason = equivalent_reason(target, line_text, site.describe().split(": ", 1)[1]) if passed else ""
             outcomes.append(Outcome(site.describe(), "equivalent" if reason else status, diff, reason))
     finally:
         path.write_text(original)

@@ -54,8 +54,23 @@ TARGETS: tuple[Target, ...] = (
     Target("small-M linear tiles (C++)", "bindings/cpu/small_m_linear_tiles.h", ("tests/ops/test_small_m_linear.py",)),
 )
 
-# (source, the mutated line's text stripped, mutation description) -> why no test can tell.
-EQUIVALENT: dict[tuple[str, str, str], str] = {}
+# (source, the mutated line's text stripped, operator or a prefix of it) -> why no test can tell. The operator is
+# cosmic-ray's name (``ReplaceBinaryOperator_BitOr_LShift``) or, for C++, ``original -> replacement``.
+_ANNOTATION = "a type annotation under `from __future__ import annotations`: a string, never evaluated"
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("model/network/moe.py",
+     "def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):",
+     "ReplaceBinaryOperator_BitOr_"): _ANNOTATION,
+    ("model/network/moe.py",
+     "def forward(self, x: torch.Tensor, observer: RoutingObserver | None = None) -> torch.Tensor:",
+     "ReplaceBinaryOperator_BitOr_"): _ANNOTATION,
+    ("ops/moe/grouping.py", "offsets[1:] = torch.cumsum(counts, 0)", "NumberReplacer"):
+        "counts is 1-D (bincount): dim 0 and dim -1 are the same dimension",
+    ("ops/moe/reference.py", "if t == 0:", "NumberReplacer"):
+        "a shortcut: with no tokens the general path also returns the zero [0, H] output (every expert's range is empty)",
+    ("ops/moe/reference.py", "if lo == hi:", "ReplaceComparisonOperator_Eq_GtE"):
+        "offsets are a cumulative sum of counts, so lo <= hi always: lo >= hi holds exactly when lo == hi",
+}
 
 
 def by_name(names: list[str]) -> list[Target]:

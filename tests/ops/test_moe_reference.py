@@ -61,6 +61,19 @@ def test_repeated_expert_in_a_row_counts_per_slot(gen):
     check_against_loop(call, F32)
 
 
+def test_intermediate_size_one(gen):
+    """I = 1 (w13 with 2 rows) is the smallest valid expert, not a shape error."""
+    check_against_loop(draw(gen, 9, 16, 1, 4, 2), F32)
+
+
+def test_a_single_bad_id_is_named(gen):
+    """Exactly one id out of range: the message names that id (not another entry, not an IndexError)."""
+    call = draw(gen, 10, 16, 8, 6, 2)
+    call["topk_ids"][3, 1] = 9
+    with pytest.raises(ValueError, match=r"'topk_ids' has expert id 9 outside \[0, 6\)"):
+        ops.fused_experts(**call, backend="torch")
+
+
 def test_no_tokens(gen):
     call = draw(gen, 0, 16, 16, 3, 2)
     out = ops.fused_experts(**call, backend="torch")
