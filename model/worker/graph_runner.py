@@ -1,0 +1,172 @@
+"""Graph mode (``LLM(enforce_eager=False)``): the model's forward as compiled whole graphs over static buffers.
+
+Each step is padded (``step_padding.py``) to one of a few capture sizes, so the graphs are bounded by the
+shapes those sizes allow, not one per batch; decode rows and prefill chunks go through the same graphs
+(the step's mixed layout is padded part by part). The forward is ``torch.compile(fullgraph=True,
+dynamic=False)``: a graph break anywhere in it is an error, not a silent split. Its inputs are persistent
+per shape (vLLM's static ``input_ids``/``positions``/metadata buffers): a step copies its padded metadata
+into them, which is what a captured graph (CUDA, NPU) needs, as it replays on fixed addresses.
+
+The compiled function lives at module level, one per (backend, mode): dynamo's cache is per code object
+and guards on shapes and types, not on which model object is passed, so a second engine of the same
+config in the process reuses the graphs (``compiled_shapes`` counts them process-wide).
+
+Devices: on CUDA the inductor backend runs with ``mode="reduce-overhead"`` (CUDA graphs over the static
+buffers; written, not run here: no GPU). On an Ascend NPU the ``npugraph_ex`` backend of torch_npu captures
+NPU graphs (written, not run: no NPU). On the CPU it is plain inductor (or the configured backend).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import torch
+
+from ..network.step_inputs import StepInputs
+from .step_padding import capture_sizes, pad_step
+
+logger = logging.getLogger("qwen_ops.engine")
+
+# The backend each device's graphs use by default, and the torch.compile mode that captures them.
+DEFAULT_BACKEND = {"cpu": "inductor", "cuda": "inductor", "npu": "npugraph_ex"}
+
+
+def compile_mode(backend: str, device: torch.device) -> str | None:
+    """``reduce-overhead`` (inductor's CUDA graphs) on CUDA; None elsewhere (NPU graphs are the backend's)."""
+    return "reduce-overhead" if device.type == "cuda" and backend == "inductor" else None
+
+
+def available_backends() -> list[str]:
+    """The torch.compile backends this process can use (debug ones such as aot_eager included)."""
+    return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor"})
+
+
+def _forward_graph(model, batch: StepInputs, caches) -> torch.Tensor:
+    return model.forward_layers(batch, caches)
+
+
+_compiled: dict[tuple[str, str | None], object] = {}
+# Every (backend, mode, shape key) compiled in this process, with its compile time (first call) in seconds.
+compiled_shapes: dict[tuple, float] = {}
+
+
+def compiled_forward(backend: str, mode: str | None):
+    """The process-wide compiled forward of (backend, mode)."""
+    fn = _compiled.get((backend, mode))
+    if fn is None:
+        fn = torch.compile(_forward_graph, fullgraph=True, dynamic=False, backend=backend, mode=mode)
+        _compiled[(backend, mode)] = fn
+    return fn
+
+
+class GraphModeError(RuntimeError):
+    """The forward could not be compiled as one graph (``enforce_eager=True`` runs it eager)."""
+
+
+class GraphRunner:
+    """Runs padded steps through the compiled forward; says None when a step must run eager.
+
+    max_capture_size: the largest padded size of any part of a step (decode rows, prefill sequences,
+    prefill tokens): a larger step runs eager, said once. max_graphs: at most this many shapes are
+    compiled per runner; steps of further shapes run eager, said once.
+    """
+
+    def __init__(self, model, device: torch.device, *, backend: str, max_capture_size: int, block_table_width: int,
+                 max_graphs: int = 64):
+        self.model = model
+        self.device = device
+        self.backend = backend
+        self.mode = compile_mode(backend, device)
+        self.sizes = capture_sizes(max_capture_size)
+        self.block_table_width = block_table_width
+        self.max_graphs = max_graphs
+        self.shapes: set[tuple] = set()  # shape keys this runner has run
+        self.static: dict[tuple, StepInputs] = {}  # persistent input buffers per shape key
+        self.first_compile_s: float | None = None
+        self.graph_steps = self.eager_steps = 0
+        self._warned: set[str] = set()
+        limit = max_graphs + 8
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+            if hasattr(torch._dynamo.config, name) and getattr(torch._dynamo.config, name) < limit:
+                setattr(torch._dynamo.config, name, limit)
+        self.fn = compiled_forward(backend, self.mode)
+
+    def describe(self) -> str:
+        """The budget line's part: graph mode, backend, capture sizes."""
+        mode = f" mode={self.mode}" if self.mode else ""
+        return (f"graphs=compiled(backend={self.backend}{mode} capture_sizes={self.sizes[0]}..{self.sizes[-1]} "
+                f"({len(self.sizes)} sizes))")
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning(message)
+
+    def run(self, meta, gdn_rows, build: "callable") -> torch.Tensor | None:
+        """The real rows' hidden states [T, H] of the step ``meta`` (validated), or None: run it eager.
+
+        build(padded_meta, padded_gdn_rows) -> the padded StepInputs on the device."""
+        padded = pad_step(meta, gdn_rows, self.sizes, self.block_table_width)
+        if padded is None:
+            self.eager_steps += 1
+            self._warn_once("size", f"graph mode: a step of {meta.num_decodes} decodes and {meta.num_prefills} "
+                            f"prefill chunks ({meta.num_actual_tokens} tokens) exceeds the largest capture size "
+                            f"{self.sizes[-1]}: such steps run eager")
+            return None
+        inputs = build(padded.meta, padded.gdn_rows)
+        key = shape_key(inputs)
+        if key not in self.shapes and len(self.shapes) >= self.max_graphs:
+            self.eager_steps += 1
+            self._warn_once("count", f"graph mode: {self.max_graphs} shapes are compiled (max_graphs); steps of "
+                            f"other shapes run eager")
+            return None
+        static = self._static_inputs(key, inputs)
+        full_key = (self.backend, self.mode, key)
+        new = full_key not in compiled_shapes
+        start = time.perf_counter()
+        try:
+            hidden = self.fn(self.model, static, self.model_caches)
+        except Exception as error:  # a graph break or an op the backend cannot compile
+            raise GraphModeError(
+                f"graph mode (enforce_eager=False, compile_backend={self.backend!r}) could not compile the "
+                f"model's forward as one graph: {type(error).__name__}: {str(error)[:2000]}; pass "
+                f"enforce_eager=True to run eager") from error
+        if new:
+            seconds = time.perf_counter() - start
+            compiled_shapes[full_key] = seconds
+            if self.first_compile_s is None:
+                self.first_compile_s = seconds
+                logger.info("graph mode: first graph compiled in %.1f s (backend=%s)", seconds, self.backend)
+        self.shapes.add(key)
+        self.graph_steps += 1
+        return hidden.index_select(0, padded.real_rows.to(hidden.device))
+
+    model_caches = None  # set by the model runner once the caches exist
+
+    def _static_inputs(self, key: tuple, inputs: StepInputs) -> StepInputs:
+        """The persistent buffers of ``key``, holding ``inputs``' values (made on first use)."""
+        static = self.static.get(key)
+        if static is None:
+            static = self.static[key] = inputs
+            return static
+        for f in dataclasses.fields(inputs):
+            value = getattr(inputs, f.name)
+            if isinstance(value, torch.Tensor):
+                getattr(static, f.name).copy_(value)
+        return static
+
+
+def shape_key(inputs: StepInputs) -> tuple:
+    """What a compiled graph is specialised on: every tensor's shape and dtype, the split counts."""
+    parts = []
+    for f in dataclasses.fields(inputs):
+        value = getattr(inputs, f.name)
+        if isinstance(value, torch.Tensor):
+            parts.append((f.name, tuple(value.shape), value.dtype))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            parts.append((f.name, value))
+        elif value is None:
+            parts.append((f.name, None))
+    return tuple(parts)
+
