@@ -68,7 +68,8 @@ class EngineConfig:
     calibration_prompts: Sequence[str | list[int]] | None = None
     # Graph mode (``worker/graph_runner.py``): enforce_eager False compiles the forward; the reason says why
     # (given, or the device's default); compile_backend is torch.compile's; max_capture_size the largest
-    # padded part of a step (default: max_num_batched_tokens).
+    # padded part of a step (default max_num_batched_tokens + max_num_seqs: every step's padding fits, the
+    # padding sequences of a prefill part included).
     enforce_eager: bool = True
     enforce_eager_reason: str = "given"
     compile_backend: str = "inductor"
@@ -194,7 +195,7 @@ class EngineConfig:
                    kv_cache_memory_gib=kv_cache_memory_gib, plan=plan, scheduler_config=scheduler_config,
                    calibration_prompts=calibration_prompts, enforce_eager=enforce_eager,
                    enforce_eager_reason=eager_reason, compile_backend=compile_backend,
-                   max_capture_size=min(max_capture_size or max_num_batched_tokens, max_num_batched_tokens))
+                   max_capture_size=max_capture_size or max_num_batched_tokens + plan.max_num_seqs)
 
     def describe(self) -> str:
         """One line with the limits and memory in use (the engine's ``budget_summary()``)."""

@@ -42,21 +42,28 @@ def available_backends() -> list[str]:
     return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor"})
 
 
-def _forward_graph(model, batch: StepInputs, caches) -> torch.Tensor:
+def _target_graph(model, batch: StepInputs, caches) -> torch.Tensor:
+    """The target model's forward (``Qwen35ForCausalLM.forward_layers``)."""
     return model.forward_layers(batch, caches)
 
 
-_compiled: dict[tuple[str, str | None], object] = {}
-# Every (backend, mode, shape key) compiled in this process, with its compile time (first call) in seconds.
+def _mtp_graph(mtp, batch: StepInputs, caches, hidden: torch.Tensor, step: int) -> torch.Tensor:
+    """One draft step of the MTP head (``Qwen35MTP.forward_layers``); ``step`` is specialised (its layer)."""
+    return mtp.forward_layers(batch, hidden, caches, step)
+
+
+GRAPHS = {"target": _target_graph, "mtp": _mtp_graph}
+_compiled: dict[tuple[str, str, str | None], object] = {}
+# Every (forward, backend, mode, shape key) compiled in this process, with its compile time (first call) in s.
 compiled_shapes: dict[tuple, float] = {}
 
 
-def compiled_forward(backend: str, mode: str | None):
-    """The process-wide compiled forward of (backend, mode)."""
-    fn = _compiled.get((backend, mode))
+def compiled_forward(forward: str, backend: str, mode: str | None):
+    """The process-wide compiled ``forward`` ("target" or "mtp") of (backend, mode)."""
+    fn = _compiled.get((forward, backend, mode))
     if fn is None:
-        fn = torch.compile(_forward_graph, fullgraph=True, dynamic=False, backend=backend, mode=mode)
-        _compiled[(backend, mode)] = fn
+        fn = torch.compile(GRAPHS[forward], fullgraph=True, dynamic=False, backend=backend, mode=mode)
+        _compiled[(forward, backend, mode)] = fn
     return fn
 
 
@@ -73,8 +80,9 @@ class GraphRunner:
     """
 
     def __init__(self, model, device: torch.device, *, backend: str, max_capture_size: int, block_table_width: int,
-                 max_graphs: int = 64):
+                 max_graphs: int = 64, forward: str = "target"):
         self.model = model
+        self.forward = forward
         self.device = device
         self.backend = backend
         self.mode = compile_mode(backend, device)
@@ -90,7 +98,7 @@ class GraphRunner:
         for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
             if hasattr(torch._dynamo.config, name) and getattr(torch._dynamo.config, name) < limit:
                 setattr(torch._dynamo.config, name, limit)
-        self.fn = compiled_forward(backend, self.mode)
+        self.fn = compiled_forward(forward, backend, self.mode)
 
     def describe(self) -> str:
         """The budget line's part: graph mode, backend, capture sizes."""
@@ -103,58 +111,72 @@ class GraphRunner:
             self._warned.add(kind)
             logger.warning(message)
 
-    def run(self, meta, gdn_rows, build: "callable") -> torch.Tensor | None:
-        """The real rows' hidden states [T, H] of the step ``meta`` (validated), or None: run it eager.
+    def run(self, meta, gdn_rows, build, row_inputs: tuple[torch.Tensor, ...] = (), step: int | None = None
+            ) -> torch.Tensor | None:
+        """The real rows' output [T, H] of the step ``meta`` (validated, CPU), or None: run it eager.
 
-        build(padded_meta, padded_gdn_rows) -> the padded StepInputs on the device."""
+        build(padded_meta, padded_gdn_rows) -> the padded StepInputs on the device. row_inputs: per-token
+        tensors [T, ...] of the real step (the MTP's hidden states), scattered into the padded rows (zeros on
+        padding rows). step: the MTP's draft step."""
         padded = pad_step(meta, gdn_rows, self.sizes, self.block_table_width)
         if padded is None:
             self.eager_steps += 1
-            self._warn_once("size", f"graph mode: a step of {meta.num_decodes} decodes and {meta.num_prefills} "
-                            f"prefill chunks ({meta.num_actual_tokens} tokens) exceeds the largest capture size "
-                            f"{self.sizes[-1]}: such steps run eager")
+            self._warn_once("size", f"graph mode ({self.forward}): a step of {meta.num_decodes} decodes and "
+                            f"{meta.num_prefills} prefill chunks ({meta.num_actual_tokens} tokens) exceeds the "
+                            f"largest capture size {self.sizes[-1]}: such steps run eager")
             return None
         inputs = build(padded.meta, padded.gdn_rows)
-        key = shape_key(inputs)
+        real_rows = padded.real_rows.to(self.device)
+        rows = []
+        for t in row_inputs:
+            full = t.new_zeros((padded.meta.num_actual_tokens,) + tuple(t.shape[1:]))
+            rows.append(full.index_copy_(0, real_rows, t))
+        key = shape_key(inputs) + tuple((tuple(t.shape), t.dtype) for t in rows) + (("step", step),)
         if key not in self.shapes and len(self.shapes) >= self.max_graphs:
             self.eager_steps += 1
-            self._warn_once("count", f"graph mode: {self.max_graphs} shapes are compiled (max_graphs); steps of "
-                            f"other shapes run eager")
+            self._warn_once("count", f"graph mode ({self.forward}): {self.max_graphs} shapes are compiled "
+                            f"(max_graphs); steps of other shapes run eager")
             return None
-        static = self._static_inputs(key, inputs)
-        full_key = (self.backend, self.mode, key)
+        static, static_rows = self._static_inputs(key, inputs, rows)
+        full_key = (self.forward, self.backend, self.mode, key)
         new = full_key not in compiled_shapes
+        args = (self.model, static, self.model_caches) + ((*static_rows, step) if self.forward == "mtp" else ())
         start = time.perf_counter()
         try:
-            hidden = self.fn(self.model, static, self.model_caches)
+            out = self.fn(*args)
         except Exception as error:  # a graph break or an op the backend cannot compile
             raise GraphModeError(
                 f"graph mode (enforce_eager=False, compile_backend={self.backend!r}) could not compile the "
-                f"model's forward as one graph: {type(error).__name__}: {str(error)[:2000]}; pass "
+                f"{self.forward} forward as one graph: {type(error).__name__}: {str(error)[:2000]}; pass "
                 f"enforce_eager=True to run eager") from error
         if new:
             seconds = time.perf_counter() - start
             compiled_shapes[full_key] = seconds
             if self.first_compile_s is None:
                 self.first_compile_s = seconds
-                logger.info("graph mode: first graph compiled in %.1f s (backend=%s)", seconds, self.backend)
+                logger.info("graph mode: first %s graph compiled in %.1f s (backend=%s)", self.forward, seconds,
+                            self.backend)
         self.shapes.add(key)
         self.graph_steps += 1
-        return hidden.index_select(0, padded.real_rows.to(hidden.device))
+        return out.index_select(0, real_rows)
 
     model_caches = None  # set by the model runner once the caches exist
 
-    def _static_inputs(self, key: tuple, inputs: StepInputs) -> StepInputs:
-        """The persistent buffers of ``key``, holding ``inputs``' values (made on first use)."""
-        static = self.static.get(key)
-        if static is None:
-            static = self.static[key] = inputs
-            return static
+    def _static_inputs(self, key: tuple, inputs: StepInputs, rows: list[torch.Tensor]):
+        """The persistent buffers of ``key`` (step inputs, per-token inputs), holding these values (made on first
+        use): a captured graph replays on their addresses."""
+        held = self.static.get(key)
+        if held is None:
+            held = self.static[key] = (inputs, rows)
+            return held
+        static, static_rows = held
         for f in dataclasses.fields(inputs):
             value = getattr(inputs, f.name)
             if isinstance(value, torch.Tensor):
                 getattr(static, f.name).copy_(value)
-        return static
+        for buffer, value in zip(static_rows, rows):
+            buffer.copy_(value)
+        return held
 
 
 def shape_key(inputs: StepInputs) -> tuple:

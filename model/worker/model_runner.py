@@ -123,6 +123,13 @@ class ModelRunner:
             self.graphs = GraphRunner(self.model, self.device, block_table_width=self.input_batch.block_table.shape[1],
                                       **self._graph_settings)
             self.graphs.model_caches = self.caches
+            if self.spec is not None:  # the MTP head's draft steps get graphs of their own
+                mtp = GraphRunner(self.spec.mtp, self.device, forward="mtp",
+                                  block_table_width=self.input_batch.block_table.shape[1], **self._graph_settings)
+                mtp.model_caches = self.caches
+                units = self._units_builder(self.caches)
+                self.spec.graphs = mtp
+                self.spec.graph_inputs = lambda padded, rows: StepInputs.build(padded, self.device, units)
 
     def warm_up(self) -> None:
         """Run a two-token prefill and one decode through ``execute`` (sampling included) on the serving caches,
@@ -207,7 +214,7 @@ class ModelRunner:
             # holds their positions when it drafts later (vLLM's drafter runs on every step too).
             if self._drafting:
                 with ops.trusted_metadata():
-                    self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None)
+                    self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None, prepared.batch)
             return result
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
         emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
@@ -232,7 +239,7 @@ class ModelRunner:
 
             with ops.trusted_metadata():
                 result.draft_token_ids = self.spec.propose(inputs, hidden, out, result.sampled_token_ids,
-                                                           self.token_at, self.caches, step_inputs)
+                                                           self.token_at, self.caches, step_inputs, prepared.batch)
         return result
 
     def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None,
