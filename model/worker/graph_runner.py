@@ -99,6 +99,17 @@ class GraphRunner:
             if hasattr(torch._dynamo.config, name) and getattr(torch._dynamo.config, name) < limit:
                 setattr(torch._dynamo.config, name, limit)
         self.fn = compiled_forward(forward, backend, self.mode)
+        if self.mode == "reduce-overhead":
+            # CUDA graphs replay on fixed addresses: inductor copies every input that is not static into its
+            # own buffer before each replay (the weights each step) and declines to capture a graph that
+            # mutates a non-static input (the KV caches, the GDN pools). Written, not run here: no GPU.
+            mark_static_tensors(model)
+
+    def set_caches(self, caches) -> None:
+        """The caches the forward reads and writes (fixed for the runner's life: the graphs capture them)."""
+        self.model_caches = caches
+        if self.mode == "reduce-overhead":
+            mark_static_tensors(caches)
 
     def describe(self) -> str:
         """The budget line's part: graph mode, backend, capture sizes."""
@@ -168,6 +179,8 @@ class GraphRunner:
         held = self.static.get(key)
         if held is None:
             held = self.static[key] = (inputs, rows)
+            if self.mode == "reduce-overhead":
+                mark_static_tensors(held)
             return held
         static, static_rows = held
         for f in dataclasses.fields(inputs):
@@ -192,3 +205,28 @@ def shape_key(inputs: StepInputs) -> tuple:
             parts.append((f.name, None))
     return tuple(parts)
 
+
+
+def mark_static_tensors(root) -> None:
+    """``torch._dynamo.mark_static_address`` on every tensor reachable from ``root`` through attributes,
+    lists, tuples and dicts (the model's weights, the caches, the static step buffers)."""
+    seen, stack = set(), [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            torch._dynamo.mark_static_address(obj)
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (str, bytes, int, float, type, torch.device, torch.dtype)) or obj is None:
+            continue
+        else:
+            # An object's attributes; a bound method's object; a function's default arguments (the MTP's
+            # dense MLP is a lambda holding its weights there).
+            stack.extend(getattr(obj, "__dict__", {}).values())
+            stack.extend(x for x in (getattr(obj, "__self__", None),) if x is not None)
+            stack.extend(getattr(obj, "__defaults__", None) or ())

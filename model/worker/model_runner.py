@@ -122,11 +122,11 @@ class ModelRunner:
         if self._graph_settings is not None:
             self.graphs = GraphRunner(self.model, self.device, block_table_width=self.input_batch.block_table.shape[1],
                                       **self._graph_settings)
-            self.graphs.model_caches = self.caches
+            self.graphs.set_caches(self.caches)
             if self.spec is not None:  # the MTP head's draft steps get graphs of their own
                 mtp = GraphRunner(self.spec.mtp, self.device, forward="mtp",
                                   block_table_width=self.input_batch.block_table.shape[1], **self._graph_settings)
-                mtp.model_caches = self.caches
+                mtp.set_caches(self.caches)
                 units = self._units_builder(self.caches)
                 self.spec.graphs = mtp
                 self.spec.graph_inputs = lambda padded, rows: StepInputs.build(padded, self.device, units)
