@@ -12,8 +12,9 @@ and guards on shapes and types, not on which model object is passed, so a second
 config in the process reuses the graphs (``compiled_shapes`` counts them process-wide).
 
 Devices: on CUDA the inductor backend runs with ``mode="reduce-overhead"`` (CUDA graphs over the static
-buffers; written, not run here: no GPU). On an Ascend NPU the ``npugraph_ex`` backend of torch_npu captures
-NPU graphs (written, not run: no NPU). On the CPU it is plain inductor (or the configured backend).
+buffers; written, not run here: no GPU). On an Ascend NPU the "torchair" backend is TorchAir's
+``get_npu_backend`` with its config's ``mode = "reduce-overhead"`` (NPU graphs, aclgraph; written, not run:
+no NPU, no CANN). On the CPU it is plain inductor (or the configured backend).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from .step_padding import capture_sizes, pad_step
 logger = logging.getLogger("qwen_ops.engine")
 
 # The backend each device's graphs use by default, and the torch.compile mode that captures them.
-DEFAULT_BACKEND = {"cpu": "inductor", "cuda": "inductor", "npu": "npugraph_ex"}
+DEFAULT_BACKEND = {"cpu": "inductor", "cuda": "inductor", "npu": "torchair"}
 
 
 def compile_mode(backend: str, device: torch.device) -> str | None:
@@ -39,7 +40,23 @@ def compile_mode(backend: str, device: torch.device) -> str | None:
 
 def available_backends() -> list[str]:
     """The torch.compile backends this process can use (debug ones such as aot_eager included)."""
-    return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor"})
+    return sorted(set(torch._dynamo.list_backends(exclude_tags=())) | {"inductor", "torchair"})
+
+
+def _torch_backend(backend: str):
+    """What torch.compile's ``backend=`` gets: the name, or for "torchair" TorchAir's NPU-graph backend
+    (not run here: torch_npu and torchair need CANN)."""
+    if backend != "torchair":
+        return backend
+    try:
+        import torch_npu  # noqa: F401
+        import torchair
+    except ImportError as error:
+        raise GraphModeError(f"compile_backend='torchair' needs torch_npu and torchair ({error}); pass "
+                             f"enforce_eager=True or another compile_backend") from error
+    config = torchair.CompilerConfig()
+    config.mode = "reduce-overhead"  # captured NPU graphs (aclgraph) over the static buffers
+    return torchair.get_npu_backend(compiler_config=config)
 
 
 def _target_graph(model, batch: StepInputs, caches) -> torch.Tensor:
@@ -62,7 +79,8 @@ def compiled_forward(forward: str, backend: str, mode: str | None):
     """The process-wide compiled ``forward`` ("target" or "mtp") of (backend, mode)."""
     fn = _compiled.get((forward, backend, mode))
     if fn is None:
-        fn = torch.compile(GRAPHS[forward], fullgraph=True, dynamic=False, backend=backend, mode=mode)
+        fn = torch.compile(GRAPHS[forward], fullgraph=True, dynamic=False, backend=_torch_backend(backend),
+                           mode=mode)
         _compiled[(forward, backend, mode)] = fn
     return fn
 

@@ -222,3 +222,17 @@ def test_defaults_by_device(text_checkpoint):
     config = llm.llm_engine.engine_config
     assert config.enforce_eager and graphs_of(llm) is None  # the CPU default, from bench/RESULTS.md
     assert "enforce_eager=True (the CPU default" in llm.llm_engine.budget_summary()
+
+
+def test_device_check_graph_part_parses_and_its_script_imports():
+    import importlib.util
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run(["bash", "-n", str(repo / "bench" / "device_check.sh")], check=True)
+    assert "bench_graph_mode.py --device cuda" in (repo / "bench" / "device_check.sh").read_text()
+    spec = importlib.util.spec_from_file_location("bench_graph_mode", repo / "bench" / "e2e" / "bench_graph_mode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert len(module.workload(3, [4, 7])) == 3
