@@ -48,6 +48,17 @@ timeout "${DEVICE_CHECK_TIMEOUT_S:-290}" "$PY" bench/device_check.py --json "$ou
     2>&1 | tee "$out_dir/device_check.log"
 status=${PIPESTATUS[0]}
 set -e
+# Graph mode on the GPU: eager against inductor + CUDA graphs (mode="reduce-overhead") decode, tiny default
+# model, in one run (bench/e2e/bench_graph_mode.py). Written, not yet run on a GPU. Skipped by --cpu
+# (bench_graph_mode.py --smoke covers the script on the CPU) and when GRAPH_MODE_CHECK=0.
+if [[ $status -eq 0 && " $* " != *" --cpu "* && "${GRAPH_MODE_CHECK:-1}" != "0" ]]; then
+    set +e
+    timeout "${GRAPH_MODE_TIMEOUT_S:-240}" "$PY" bench/e2e/bench_graph_mode.py --device cuda --rounds 3 \
+        --requests 8 --new-tokens 64 --json "$out_dir/graph_mode.json" 2>&1 | tee "$out_dir/graph_mode.log"
+    graph_status=${PIPESTATUS[0]}
+    set -e
+    [[ $graph_status -eq 0 ]] || echo "== graph mode check FAILED or STOPPED (exit $graph_status)"
+fi
 case $status in
     0) echo "== device check PASSED" ;;
     124) echo "== device check STOPPED at ${DEVICE_CHECK_TIMEOUT_S:-290} s (timeout); see the log above" ;;

@@ -66,6 +66,14 @@ class EngineConfig:
     plan: MemoryPlan
     scheduler_config: SchedulerConfig
     calibration_prompts: Sequence[str | list[int]] | None = None
+    # Graph mode (``worker/graph_runner.py``): enforce_eager False compiles the forward; the reason says why
+    # (given, or the device's default); compile_backend is torch.compile's; max_capture_size the largest
+    # padded part of a step (default max_num_batched_tokens + max_num_seqs: every step's padding fits, the
+    # padding sequences of a prefill part included).
+    enforce_eager: bool = True
+    enforce_eager_reason: str = "given"
+    compile_backend: str = "inductor"
+    max_capture_size: int = 1
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -84,7 +92,8 @@ class EngineConfig:
                   kv_cache_memory_gib: float | None = None, enable_chunked_prefill: bool = True,
                   long_prefill_token_threshold: int = 0,
                   calibration_prompts: Sequence[str | list[int]] | None = None,
-                  speculative_config=None) -> "EngineConfig":
+                  speculative_config=None, enforce_eager: bool | None = None,
+                  compile_backend: str | None = None, max_capture_size: int | None = None) -> "EngineConfig":
         """Check and resolve ``LLMEngine``'s arguments (the same names and defaults)."""
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ValueError(f"LLM(dtype=...) must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -107,6 +116,9 @@ class EngineConfig:
         if max_num_batched_tokens is not None and max_num_seqs is not None and max_num_batched_tokens < max_num_seqs:
             raise ValueError(f"LLM(max_num_batched_tokens={max_num_batched_tokens}) must be >= "
                              f"max_num_seqs={max_num_seqs}: every running request may decode in one step")
+        if enforce_eager is not None and not isinstance(enforce_eager, bool):
+            raise ValueError(f"LLM(enforce_eager=...) must be True, False or None, got {enforce_eager!r}")
+        _check_int("max_capture_size", max_capture_size, 1, optional=True)
         if model is None:
             from ..loading.default_model import default_model_dir
 
@@ -175,12 +187,15 @@ class EngineConfig:
             num_speculative_tokens=k,
             # MTP is an EAGLE-style drafter (its KV at a position needs the next token): vLLM's use_eagle.
             use_eagle=k > 0 and groups > 0)
+        enforce_eager, eager_reason, compile_backend = _graph_mode(enforce_eager, compile_backend, device)
         return cls(model_dir=model_dir, config=config, device=device, dtype=torch_dtype, kv_cache_dtype=kv_dtype,
                    backend=backend, seed=seed, speculative_config=spec, num_mtp_layers=mtp_layers,
                    enable_prefix_caching=enable_prefix_caching, block_size_reason=block_size_reason,
                    max_model_len=max_model_len, max_model_len_reason=max_model_len_reason,
                    kv_cache_memory_gib=kv_cache_memory_gib, plan=plan, scheduler_config=scheduler_config,
-                   calibration_prompts=calibration_prompts)
+                   calibration_prompts=calibration_prompts, enforce_eager=enforce_eager,
+                   enforce_eager_reason=eager_reason, compile_backend=compile_backend,
+                   max_capture_size=max_capture_size or max_num_batched_tokens + plan.max_num_seqs)
 
     def describe(self) -> str:
         """One line with the limits and memory in use (the engine's ``budget_summary()``)."""
@@ -192,9 +207,37 @@ class EngineConfig:
                 f"{self.block_size_reason} num_blocks={c.num_blocks} "
                 f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_states=in_pool_pages{rows} "
                 f"({p.state_bytes / 2**20:.1f} MiB) prefix_caching={'on' if c.enable_prefix_caching else 'off'} "
-                f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device}")
+                f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device} {self.describe_graph_mode()}")
+
+    def describe_graph_mode(self) -> str:
+        """``enforce_eager=...`` with why, and the compile settings when graphs run."""
+        if self.enforce_eager:
+            return f"enforce_eager=True ({self.enforce_eager_reason})"
+        return (f"enforce_eager=False ({self.enforce_eager_reason}; compile_backend={self.compile_backend} "
+                f"max_capture_size={self.max_capture_size})")
 
     __str__ = describe
+
+
+# The default of enforce_eager by device: measured on the CPU (bench/RESULTS.md, "Graph mode"), vLLM's
+# default (graphs) on accelerators.
+CPU_EAGER_REASON = "the CPU default: compiled graphs measured no faster there, bench/RESULTS.md"
+
+
+def _graph_mode(enforce_eager: bool | None, compile_backend: str | None, device: torch.device):
+    """(enforce_eager, why, compile_backend) resolved: the device's default when None; the backend checked."""
+    from ..worker.graph_runner import DEFAULT_BACKEND, available_backends
+
+    if enforce_eager is None:
+        enforce_eager = device.type == "cpu"
+        reason = CPU_EAGER_REASON if enforce_eager else f"the {device.type} default: graphs, as vLLM"
+    else:
+        reason = "given"
+    if compile_backend is None:
+        compile_backend = DEFAULT_BACKEND.get(device.type, "inductor")
+    elif not isinstance(compile_backend, str) or compile_backend not in available_backends():
+        raise ValueError(f"LLM(compile_backend=...) must be one of {available_backends()}, got {compile_backend!r}")
+    return enforce_eager, reason, compile_backend
 
 
 def _fitted_max_model_len(config: Qwen35Config, budget_gib: float, num_blocks: int | None, **plan) -> tuple[int, str]:

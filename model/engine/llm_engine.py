@@ -144,6 +144,8 @@ class LLMEngine:
         if self.speculative_config is not None:  # the MTP drafter, loaded into the model runner
             self.model_runner.enable_speculation(Qwen35MTP.from_pretrained(self.model_dir, self.model, self.backend),
                                                  self.num_speculative_tokens)
+        if not c.enforce_eager:
+            self.model_runner.enable_graphs(backend=c.compile_backend, max_capture_size=c.max_capture_size)
         self._tokenizer = None
         self._counter = itertools.count()
 

@@ -231,6 +231,11 @@ class Qwen35MTP:
         if hidden_states.shape != (num_tokens, self.config.hidden_size):
             raise ValueError(f"Qwen35MTP.forward: 'hidden_states' must be [T, H] = "
                              f"[{num_tokens}, {self.config.hidden_size}], got {tuple(hidden_states.shape)}")
+        return self.forward_layers(batch, hidden_states, caches, step, kv_observer)
+
+    def forward_layers(self, batch, hidden_states: torch.Tensor, caches, step: int = 0,
+                       kv_observer=None) -> torch.Tensor:
+        """``forward`` without its checks and inference-mode wrapper: what graph mode compiles."""
         eps = self.config.rms_norm_eps
         embedded = rms_norm_zero_centred(F.embedding(batch.input_ids, self.embed), self.norm_embedding, eps)
         x = F.linear(torch.cat([embedded, rms_norm_zero_centred(hidden_states, self.norm_hidden, eps)], dim=-1),

@@ -77,6 +77,11 @@ class Qwen35ForCausalLM:
 
         Writes the step's K/V into ``caches`` and advances the GDN states of its requests.
         """
+        return self.forward_layers(batch, caches, kv_observer)
+
+    def forward_layers(self, batch: StepInputs, caches, kv_observer: KVObserver | None = None) -> torch.Tensor:
+        """``forward`` without its inference-mode wrapper: what graph mode compiles (``worker/graph_runner.py``),
+        called inside inference mode."""
         eps = self.config.rms_norm_eps
         x = F.embedding(batch.input_ids, self.embed)
         cos, sin = rope_cos_sin(batch.positions, self.config.rotary_dim, self.config.rope_theta)

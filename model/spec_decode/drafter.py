@@ -42,6 +42,10 @@ class SpeculativeDecoder:
         self.num_accepted: dict[str, int] = {}  # tokens the last verify step accepted, the target's one included
         self.stats: dict[str, SpecDecodingStats] = {}  # per request, until its output is taken
         self.total = SpecDecodingStats(num_speculative_tokens)  # every draft verified since the engine started
+        # Graph mode: a GraphRunner of the "mtp" forward and graph_inputs(padded_meta, None) -> its StepInputs
+        # on the device (the model runner sets both); None: the head runs eager.
+        self.graphs = None
+        self.graph_inputs: Callable | None = None
 
     @property
     def rows_per_request(self) -> int:
@@ -80,14 +84,29 @@ class SpeculativeDecoder:
                 self.total.observe(len(d), a)
         return result.token_ids, result.num_accepted
 
+    def _draft_hidden(self, batch, meta, hidden: torch.Tensor, caches, step: int) -> torch.Tensor:
+        """The head's hidden states of one draft step: through the compiled graphs when set and the step fits
+        one (``meta`` given), else eager."""
+        if self.graphs is not None and meta is not None:
+            out = self.graphs.run(meta, None, self.graph_inputs, (hidden,), step)
+            if out is not None:
+                return out
+        return self.mtp.forward(batch, hidden, caches, step=step)
+
+    def _greedy_draft(self, batch, meta, hidden: torch.Tensor, caches, step: int):
+        """(draft tokens at ``batch.logits_indices``, the head's hidden states): ``Qwen35MTP.greedy_draft``."""
+        h = self._draft_hidden(batch, meta, hidden, caches, step)
+        return self.mtp.compute_logits(h[batch.logits_indices]).argmax(dim=-1), h
+
     @torch.inference_mode()
     def propose(self, inputs, hidden: torch.Tensor, out: SchedulerOutput, emitted: dict[str, list[int]],
-                token_at: TokenSource, caches, step_inputs: Callable) -> dict[str, list[int]]:
+                token_at: TokenSource, caches, step_inputs: Callable, meta=None) -> dict[str, list[int]]:
         """k greedy drafts for each request in ``emitted`` (those that sampled), from the MTP head; with none
         (a step of prefill chunks only) the head's first pass still runs, for its KV of the step's positions.
 
         inputs: the step's StepInputs (on the device), hidden: the target's final hidden states [T, H];
         step_inputs(meta) -> a validated StepInputs on the device for the further draft steps.
+        meta: the step's StepMetadata on the CPU (``inputs`` before the move), for graph mode's padding.
         """
         shifted, sample_rows, positions = [], [], []
         for row, request_id in enumerate(inputs.req_ids):
@@ -106,18 +125,20 @@ class SpeculativeDecoder:
                 following.append(token_at(request_id, context + len(tokens)))
             shifted += [t if t >= 0 else 0 for t in following]
         batch = dataclasses.replace(inputs, input_ids=torch.tensor(shifted, device=hidden.device))
+        first_meta = None if meta is None else dataclasses.replace(meta, input_ids=torch.tensor(shifted))
         if not sample_rows:  # nothing to draft: the pass only writes the head's KV of the step's positions
-            self.mtp.forward(batch, hidden[: len(shifted)], caches, step=0)
+            self._draft_hidden(batch, first_meta, hidden[: len(shifted)], caches, 0)
             return {}
         batch.logits_indices = torch.tensor(sample_rows, device=hidden.device)
-        token, h = self.mtp.greedy_draft(batch, hidden[: len(shifted)], caches, step=0)
+        token, h = self._greedy_draft(batch, first_meta, hidden[: len(shifted)], caches, 0)
         sampled = [r for r in inputs.req_ids if r in emitted]
         drafts = {r: [int(t)] for r, t in zip(sampled, token.tolist())}
         h = h[batch.logits_indices]
         for step in range(1, self.k):
             draft_out = _decode_output(sampled, [p + step for p in positions], [drafts[r][-1] for r in sampled],
                                        out)
-            token, h = self.mtp.greedy_draft(step_inputs(build_step_metadata(draft_out)), h, caches, step=step)
+            draft_meta = build_step_metadata(draft_out)
+            token, h = self._greedy_draft(step_inputs(draft_meta), draft_meta, h, caches, step)
             for r, t in zip(sampled, token.tolist()):
                 drafts[r].append(int(t))
         return drafts

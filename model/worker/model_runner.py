@@ -25,6 +25,7 @@ from ..network.step_inputs import StepInputs
 from ..sample.sampling import SamplingParams, logprob_entry, sample
 from ..spec_decode.drafter import SpeculativeDecoder, strip_placeholder_drafts
 from .gdn_pages import GdnPageTables, GdnStepRows, copy_states
+from .graph_runner import GraphRunner
 from .input_batch import InputBatch
 from .kv_cache import MemoryPlan, ModelCaches, allocate_caches
 
@@ -87,12 +88,19 @@ class ModelRunner:
         self.spec = None
         self.token_at = None
         self._drafting = True
+        self.graphs: GraphRunner | None = None  # graph mode (enable_graphs), else every step eager
+        self._graph_settings: dict | None = None
 
     # ------------------------------------------------------------------ setup
 
     def enable_speculation(self, mtp, num_speculative_tokens: int) -> None:
         """Draft with ``mtp`` (a ``Qwen35MTP``) and verify k drafts a step; call before ``initialize_caches``."""
         self.spec = SpeculativeDecoder(mtp, num_speculative_tokens)
+
+    def enable_graphs(self, *, backend: str, max_capture_size: int, max_graphs: int = 64) -> None:
+        """Run the serving steps' forward as compiled graphs (``graph_runner.py``); call before
+        ``initialize_caches`` (the static buffers take the persistent batch's block-table width)."""
+        self._graph_settings = dict(backend=backend, max_capture_size=max_capture_size, max_graphs=max_graphs)
 
     def initialize_caches(self, plan: MemoryPlan, *, block_size: int, max_model_len: int, kv_dtype: torch.dtype,
                           kv_scales=None, enable_prefix_caching: bool = False) -> None:
@@ -111,6 +119,17 @@ class ModelRunner:
         if self.spec is not None:
             add_mtp_kv_caches(self.caches, self.config, self.spec.mtp.layer_ids, kv_dtype, self.device, kv_scales)
         self.input_batch = InputBatch(plan.max_num_seqs, -(-max_model_len // block_size), block_size)
+        if self._graph_settings is not None:
+            self.graphs = GraphRunner(self.model, self.device, block_table_width=self.input_batch.block_table.shape[1],
+                                      **self._graph_settings)
+            self.graphs.set_caches(self.caches)
+            if self.spec is not None:  # the MTP head's draft steps get graphs of their own
+                mtp = GraphRunner(self.spec.mtp, self.device, forward="mtp",
+                                  block_table_width=self.input_batch.block_table.shape[1], **self._graph_settings)
+                mtp.set_caches(self.caches)
+                units = self._units_builder(self.caches)
+                self.spec.graphs = mtp
+                self.spec.graph_inputs = lambda padded, rows: StepInputs.build(padded, self.device, units)
 
     def warm_up(self) -> None:
         """Run a two-token prefill and one decode through ``execute`` (sampling included) on the serving caches,
@@ -171,7 +190,7 @@ class ModelRunner:
         if self.gdn_pages is not None:  # after the speculative rows: the state rows are the group's pages
             gdn_rows = self.gdn_pages.lay_out(out, prepared.batch, self.caches,
                                               self.spec.num_accepted if self.spec is not None else None)
-        hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows)
+        hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows, graphs=self.graphs)
         result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
                                    num_prefills=prepared.num_prefills)
         if self.spec is not None:
@@ -195,7 +214,7 @@ class ModelRunner:
             # holds their positions when it drafts later (vLLM's drafter runs on every step too).
             if self._drafting:
                 with ops.trusted_metadata():
-                    self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None)
+                    self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None, prepared.batch)
             return result
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
         emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
@@ -220,21 +239,29 @@ class ModelRunner:
 
             with ops.trusted_metadata():
                 result.draft_token_ids = self.spec.propose(inputs, hidden, out, result.sampled_token_ids,
-                                                           self.token_at, self.caches, step_inputs)
+                                                           self.token_at, self.caches, step_inputs, prepared.batch)
         return result
 
     def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None,
-                 gdn_rows: GdnStepRows | None = None):
+                 gdn_rows: GdnStepRows | None = None, graphs: GraphRunner | None = None):
         """Check the CPU layout once, derive, move, make the GDN state copies (align mode), and run the model
-        with the ops trusting the metadata."""
+        with the ops trusting the metadata: through ``graphs`` (padded to a compiled shape) when given and the
+        step fits one, else eager. Returns the real rows' hidden states and the real step's inputs."""
         meta.validate(num_blocks=caches.num_blocks, block_size=caches.block_size,
                       num_state_slots=caches.num_state_slots)
         rows = None if gdn_rows is None else (gdn_rows.state_rows, gdn_rows.spec_rows)
-        inputs = StepInputs.build(meta, self.device, self._units_builder(caches), rows)
+        units = self._units_builder(caches)
+        inputs = StepInputs.build(meta, self.device, units, rows)
         if gdn_rows is not None and gdn_rows.copies:
             copy_states(caches, gdn_rows.copies)
         with ops.trusted_metadata():
-            hidden = self.model.forward(inputs, caches, kv_observer=kv_observer)
+            hidden = None
+            if graphs is not None and kv_observer is None:
+                with torch.inference_mode():
+                    hidden = graphs.run(meta, rows, lambda padded, padded_rows: StepInputs.build(
+                        padded, self.device, units, padded_rows))
+            if hidden is None:
+                hidden = self.model.forward(inputs, caches, kv_observer=kv_observer)
         return hidden, inputs
 
     def _units_builder(self, caches: ModelCaches):
