@@ -79,7 +79,7 @@ def replaying_drafter(llm, answers, shift):
     """Replace the MTP proposer with one that drafts ``answers[request](+shift mod 256)`` after the sequence."""
     spec = llm.model_runner.spec
 
-    def propose(inputs, hidden, out, emitted, token_at, caches, step_inputs):
+    def propose(inputs, hidden, out, emitted, token_at, caches, step_inputs, meta=None):
         drafts = {}
         for request_id, new in emitted.items():
             known = out.num_computed_tokens[request_id] + len(out.token_ids[request_id]) \

@@ -72,7 +72,7 @@ def favourite_drafter(llm, target: TargetLaw):
     sometimes, so accepted drafts, recovered tokens and bonus tokens all occur."""
     spec, scheduler = llm.model_runner.spec, llm.llm_engine.scheduler
 
-    def propose(inputs, hidden, out, emitted, token_at, caches, step_inputs):
+    def propose(inputs, hidden, out, emitted, token_at, caches, step_inputs, meta=None):
         drafts = {}
         for request_id, new in emitted.items():
             generated = tuple(scheduler.requests[request_id].all_token_ids[len(PROMPT):]) + tuple(new)
