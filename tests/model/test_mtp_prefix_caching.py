@@ -84,8 +84,8 @@ def recording_drafts(llm):
     propose = spec.propose
     layer = spec.mtp.layer_ids[0]
 
-    def recording(inputs, hidden, out, emitted, token_at, caches, step_inputs):
-        made = propose(inputs, hidden, out, emitted, token_at, caches, step_inputs)
+    def recording(inputs, hidden, out, emitted, token_at, caches, step_inputs, meta=None):
+        made = propose(inputs, hidden, out, emitted, token_at, caches, step_inputs, meta)
         for request_id, tokens in made.items():
             drafts.setdefault(request_id, []).append(tokens)
             if request_id not in keys:
