@@ -95,3 +95,24 @@ def test_every_listed_equivalent_mutant_is_still_in_its_source():
         target = next(t for t in targets.TARGETS if t.source == source)
         assert run_mutants.equivalent_reason(target, "    " + text, operator + "X") == reason
         assert reason and run_mutants.equivalent_reason(target, text + " ", "Other") == ""
+
+
+def test_a_target_of_an_instruction_set_this_cpu_lacks_is_reported_not_run(monkeypatch, tmp_path):
+    """The AVX-512 kernels on a CPU without AVX-512: not run, with the reason, and not counted as survivors."""
+    import run_mutants
+
+    target = targets.Target("wide", "bindings/cpu/int8_quantize_avx512.cpp", ("tests/ops/test_kv_kernel_isas.py",),
+                            isa="avx512")
+    monkeypatch.setattr(run_mutants, "by_name", lambda names: [target])
+    monkeypatch.setattr(run_mutants, "prepare_workdir", lambda workdir: None)
+    monkeypatch.setattr(run_mutants, "check_scratch_imports", lambda workdir: None)
+    monkeypatch.setattr(run_mutants, "build_extension", lambda workdir: (True, ""))
+    monkeypatch.setattr(run_mutants, "cpu_isas", lambda workdir: ["portable", "avx2"])
+    ran = []
+    monkeypatch.setattr(run_mutants, "run_tests", lambda *a, **k: ran.append(a) or (True, ""))
+    report = tmp_path / "report.md"
+    assert run_mutants.main(["--targets", "wide", "--workdir", str(tmp_path), "--markdown", str(report)]) == 0
+    assert not ran
+    text = report.read_text()
+    assert "not run: this CPU lacks avx512 (it runs ['portable', 'avx2'])" in text
+    assert "mutation score: 0/0 killed" in text

@@ -55,6 +55,7 @@ class TargetResult:
     outcomes: list[Outcome] = field(default_factory=list)
     baseline_s: float = 0.0
     error: str = ""
+    not_run: str = ""  # why the target cannot run on this machine (a CPU without its instruction set)
 
     def count(self, status: str) -> int:
         return sum(o.status == status for o in self.outcomes)
@@ -106,6 +107,15 @@ def check_scratch_imports(workdir: Path) -> None:
                           env=scratch_env(workdir), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the scratch copy's qwen_ops is not the one imported there: {proc.stderr[-500:]}")
+
+
+def cpu_isas(workdir: Path) -> list[str]:
+    """The instruction-set variants of the C++ kernels this CPU runs (``_C.cpu_isas()`` of the scratch build)."""
+    proc = subprocess.run([sys.executable, "-c", "from qwen_ops import _C; print(','.join(_C.cpu_isas()))"],
+                          cwd=workdir, env=scratch_env(workdir), capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"qwen_ops._C does not import in {workdir}: {proc.stderr.strip()}")
+    return proc.stdout.strip().split(",")
 
 
 def equivalent_reason(target: Target, line_text: str, operator: str) -> str:
@@ -220,8 +230,8 @@ def table(results: list[TargetResult]) -> list[str]:
     lines = ["| target | source | mutants | killed | survived | equivalent | incompetent | tests' time unmutated |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if r.error:
-            lines.append(f"| {r.target.name} | `{r.target.source}` | — | — | — | — | — | {r.error} |")
+        if r.error or r.not_run:
+            lines.append(f"| {r.target.name} | `{r.target.source}` | — | — | — | — | — | {r.error or r.not_run} |")
             continue
         lines.append(f"| {r.target.name} | `{r.target.source}` | {len(r.outcomes)} | {r.count('killed')} | "
                      f"{r.count('survived')} | {r.count('equivalent')} | {r.count('incompetent')} | "
@@ -265,8 +275,14 @@ def main(argv=None) -> int:
             return 2
     start = time.time()
     results = []
+    isas = cpu_isas(workdir) if any(t.isa for t in targets) else []
     for target in targets:
         result = TargetResult(target)
+        if target.isa and target.isa not in isas:
+            result.not_run = f"not run: this CPU lacks {target.isa} (it runs {isas})"
+            results.append(result)
+            print(f"{target.name}: {result.not_run}", flush=True)
+            continue
         t0 = time.time()
         passed, log = run_tests(target, workdir, args.test_timeout, wall=3600)
         result.baseline_s = time.time() - t0

@@ -18,6 +18,9 @@ class Target:
     name: str
     source: str  # repository-relative
     tests: tuple[str, ...]
+    # C++: the instruction-set variant (``_C.cpu_isas()``) the source is; a CPU without it cannot run it, so
+    # its mutants cannot be caught here: the runner reports the target as not run, with this reason.
+    isa: str = ""
 
     @property
     def kind(self) -> str:
@@ -27,11 +30,12 @@ class Target:
 TARGETS: tuple[Target, ...] = (
     # GDN state pages in the block pool (prefix caching of the hybrid model)
     Target("GDN pages", "model/worker/gdn_pages.py",
-           ("tests/model/test_components.py", "tests/model/test_prefix_caching_config.py",
+           ("tests/model/test_gdn_page_tables.py", "tests/model/test_components.py", "tests/model/test_prefix_caching_config.py",
             "tests/model/test_mtp_memory_plan.py", "tests/model/test_prefix_caching.py")),
     # MTP drafting and rejection sampling
     Target("MTP drafter", "model/spec_decode/drafter.py",
-           ("tests/model/test_mtp_drafter.py", "tests/model/test_mtp_speculative_loop.py",
+           ("tests/model/test_spec_decoder_rows.py", "tests/model/test_mtp_engine_drafts.py",
+            "tests/model/test_mtp_drafter.py", "tests/model/test_mtp_speculative_loop.py",
             "tests/model/test_mtp_engine.py")),
     Target("rejection sampler", "model/sample/rejection_sampler.py",
            ("tests/model/test_mtp_rejection_sampler.py", "tests/model/test_mtp_sampling.py")),
@@ -50,7 +54,12 @@ TARGETS: tuple[Target, ...] = (
     Target("paged decode attention SIMD (C++)", "bindings/cpu/paged_decode_attention_simd.h",
            ("tests/ops/test_kv_kernel_isas.py",)),
     Target("INT8 quantize AVX-512 (C++)", "bindings/cpu/int8_quantize_avx512.cpp",
-           ("tests/ops/test_kv_kernel_isas.py",)),
+           ("tests/ops/test_kv_kernel_isas.py",), isa="avx512"),
+    Target("INT8 quantize AVX2 (C++)", "bindings/cpu/int8_quantize_avx2.cpp", ("tests/ops/test_kv_kernel_isas.py",),
+           isa="avx2"),
+    # Graph mode: the step padded to a capture size, and the runner of the compiled graphs
+    Target("graph mode step padding", "model/worker/step_padding.py", ("tests/model/test_graph_mode.py",)),
+    Target("graph mode runner", "model/worker/graph_runner.py", ("tests/model/test_graph_mode.py",)),
     Target("small-M linear tiles (C++)", "bindings/cpu/small_m_linear_tiles.h", ("tests/ops/test_small_m_linear.py",)),
 )
 
@@ -70,6 +79,23 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "a shortcut: with no tokens the general path also returns the zero [0, H] output (every expert's range is empty)",
     ("ops/moe/reference.py", "if lo == hi:", "ReplaceComparisonOperator_Eq_GtE"):
         "offsets are a cumulative sum of counts, so lo <= hi always: lo >= hi holds exactly when lo == hi",
+    ("ops/moe/grouping.py", "pairs = torch.argsort(flat, stable=True)", "ReplaceTrueWithFalse"):
+        "which order an expert's tokens take inside its range changes no output row (each row is computed on "
+        "its own and scattered back by its index), and torch's CPU sort is stable either way",
+    ("model/worker/gdn_pages.py",
+     "self.columns = GdnStateColumns(num_gdn_groups, block_size, align) if align and not num_speculative_tokens \\",
+     "ReplaceAndWithOr"):
+        "the two cases it changes read the same rows: without align mode GdnStateColumns(align=False) returns "
+        "each table's page 0 as the plain path does; with speculation the windows are used and columns only "
+        "forgets requests",
+    ("model/worker/gdn_pages.py",
+     "if int(pages[:, 0].min()) < 1 or int(pages[:, 0].max()) >= caches.num_blocks:", "NumberReplacer"):
+        "pages has two columns (source, destination): column -1 is column 1, the destinations, which the check "
+        "above already holds to [1, num_blocks) (a mutant of the other index)",
+    ("model/spec_decode/drafter.py", "at = b + len(emitted[request_id]) - 1", "ReplaceBinaryOperator_Add_BitOr"):
+        "b | x equals b + x whenever b = 0 or x = 0, and one of them always is: drafts are verified only on "
+        "decode rows, whose last known token is row b = 0, and a row with b > 0 (a prompt's last chunk) has no "
+        "drafts, so it emits one token (x = 0)",
 }
 
 

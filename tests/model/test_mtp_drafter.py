@@ -6,69 +6,19 @@ import shutil
 import pytest
 import torch
 from checkpoints import TINY_TEXT
+from mtp_reference import BLOCK_SIZE, NUM_BLOCKS, HFReference, target_hidden
 from safetensors.torch import load_file, save_file
 from step_batches import prompt_batch, request_batch
 from tolerances import MODEL_VS_TRANSFORMERS, tol
 
-from qwen_ops.model.worker.kv_cache import ModelCaches, allocate_caches
+from qwen_ops.model.worker.kv_cache import ModelCaches
 from qwen_ops.model.network.mtp import MTPWeightsError, Qwen35MTP, add_mtp_kv_caches, load_mtp_weights
 from qwen_ops.model.network.qwen3_5 import Qwen35ForCausalLM
-
-BLOCK_SIZE, NUM_BLOCKS = 4, 8
 
 
 @pytest.fixture(params=["text", "multimodal"])
 def mtp_checkpoint(request, text_mtp_checkpoint, multimodal_mtp_checkpoint):
     return text_mtp_checkpoint if request.param == "text" else multimodal_mtp_checkpoint
-
-
-class HFReference:
-    """The draft step written with transformers' Qwen3.5 RMSNorm, rotary embedding and decoder layer."""
-
-    def __init__(self, path, layer: int):
-        from transformers import Qwen3_5TextConfig
-        from transformers.models.qwen3_5.modeling_qwen3_5 import (Qwen3_5DecoderLayer, Qwen3_5RMSNorm,
-                                                                  Qwen3_5TextRotaryEmbedding)
-
-        tensors = load_file(os.path.join(path, "model.safetensors"))
-        self.config = Qwen3_5TextConfig(**TINY_TEXT)
-        self.config._attn_implementation = "eager"
-        self.layer = Qwen3_5DecoderLayer(self.config, self.config.layer_types.index("full_attention")).eval()
-        prefix = f"mtp.layers.{layer}."
-        self.layer.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
-
-        def norm(name):
-            n = Qwen3_5RMSNorm(self.config.hidden_size, eps=self.config.rms_norm_eps)
-            n.weight.data.copy_(tensors[f"mtp.{name}.weight"])
-            return n
-
-        self.norm_e, self.norm_h, self.norm = norm("pre_fc_norm_embedding"), norm("pre_fc_norm_hidden"), norm("norm")
-        self.fc = tensors["mtp.fc.weight"]
-        embed_name = next(k for k in tensors if k.endswith("embed_tokens.weight"))
-        self.embed = tensors[embed_name]
-        self.lm_head = tensors.get("lm_head.weight", self.embed)
-        self.rotary = Qwen3_5TextRotaryEmbedding(self.config)
-
-    def fc_input(self, tokens, hidden):
-        e = self.norm_e(torch.nn.functional.embedding(torch.tensor(tokens), self.embed))
-        return torch.nn.functional.linear(torch.cat([e, self.norm_h(hidden)], -1), self.fc)
-
-    @torch.no_grad()
-    def layer_over(self, fc_rows):
-        """The decoder layer over the rows at positions 0..n-1 (causal), then the final norm."""
-        n = fc_rows.shape[0]
-        positions = torch.arange(n)[None]
-        cos_sin = self.rotary(fc_rows[None], positions)
-        mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
-        out = self.layer(fc_rows[None], position_embeddings=cos_sin, attention_mask=mask, position_ids=positions)
-        return self.norm(out[0])
-
-
-def target_hidden(target, tokens):
-    """The target's final-normed hidden states [T, H] of a prompt run as one prefill."""
-    caches = allocate_caches(target.config, num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_state_slots=1,
-                             dtype=target.dtype, kv_dtype=target.dtype, device=target.device)
-    return target.forward(prompt_batch(tokens, BLOCK_SIZE), caches)
 
 
 def mtp_caches(target, mtp):

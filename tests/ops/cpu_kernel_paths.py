@@ -26,3 +26,20 @@ def kernel_or_torch_path(request, monkeypatch, module) -> str:
     else:
         monkeypatch.setattr(module, "_kernel", lambda: None)
     return request.param
+
+
+# Every instruction-set variant the C++ kernels are built with (``_C.cpu_isas()`` lists the ones this CPU runs).
+ALL_ISAS = ("portable", "avx2", "avx512")
+
+
+def isa_or_skip(isa: str) -> str:
+    """``isa`` if this CPU runs that variant of the kernels; else skip, naming what the CPU has. Tests take
+    every variant as a parameter, so a CPU without one shows the skip instead of a shorter list of cases."""
+    try:
+        from qwen_ops import _C
+    except ImportError:
+        pytest.skip("qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)")
+    available = list(_C.cpu_isas())
+    if isa not in available:
+        pytest.skip(f"this CPU does not run the {isa} variant (it runs {available})")
+    return isa

@@ -2,8 +2,8 @@
 
 ``qwen_ops._C.paged_decode_attention_cpu`` and ``reshape_and_cache_cpu`` run
 the widest variant the CPU supports (portable, AVX2 + FMA, AVX-512F;
-``_C.cpu_isas()``) unless told one by ``isa``: here each variant this CPU can
-run is called by name, at head sizes and block sizes that leave a tail past
+``_C.cpu_isas()``) unless told one by ``isa``: here each variant is called by name
+(skipped, with the reason, where this CPU lacks it), at head sizes and block sizes that leave a tail past
 every variant's vector width (D = 20, 36; Bs = 5) as well as Qwen3.5's own
 (D = 256, Bs = 16), and with head groups that do not fill the kernel's passes
 of 4 query heads (G = 1, 3, 6).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cpu_kernel_paths import cpu_kernel_or_skip
+from cpu_kernel_paths import ALL_ISAS, cpu_kernel_or_skip, isa_or_skip
 from tolerances import DECODE_KERNEL_AT_HEAD_256, VECTORIZED_VS_REFERENCE, tol
 
 from qwen_ops.ops.attention import cpu_decode_kernel
@@ -24,15 +24,6 @@ from qwen_ops.testing import Draw, cache_write_call, decode_call
 F32, INT8 = torch.float32, torch.int8
 
 
-def _isas():
-    try:
-        from qwen_ops import _C
-    except ImportError:
-        return ["portable"]  # the tests below skip without the extension
-    return list(_C.cpu_isas())
-
-
-ISAS = _isas()
 
 
 def _attention(kernel, arguments, isa):
@@ -42,11 +33,12 @@ def _attention(kernel, arguments, isa):
     return out
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", ALL_ISAS)
 @pytest.mark.parametrize("cache_dtype", [F32, INT8])
 @pytest.mark.parametrize("hq,hkv,d,bs", [(8, 2, 256, 16), (8, 2, 20, 16), (6, 2, 36, 5), (12, 2, 32, 16),
                                          (2, 2, 24, 8)])
 def test_decode_attention_every_isa_matches_reference(gen, isa, cache_dtype, hq, hkv, d, bs):
+    isa_or_skip(isa)
     kernel = cpu_kernel_or_skip(cpu_decode_kernel)
     # Unequal lengths: empty, one token, a partial last block, many blocks (the online softmax rescales).
     arguments = decode_call(Draw(gen), F32, cache_dtype, hq, hkv, d, bs, [0, 1, 3 * bs + 2, 37, 200], width=45)
@@ -62,8 +54,9 @@ def test_decode_attention_every_isa_matches_reference(gen, isa, cache_dtype, hq,
         assert torch.equal(arguments[name], value), f"{name} was modified"
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", ALL_ISAS)
 def test_decode_attention_exponentials_over_a_wide_range(gen, isa):
+    isa_or_skip(isa)
     # Integer queries and keys and a power-of-two scale make every score exact in any summation order, so only
     # the exponentials (and the weighted sums of V) can differ from the reference; the scores spread over about
     # [-150, 0] below their max: the running-max rescales, weights near the float32 normal range's end and under it.
@@ -95,9 +88,10 @@ INT8_EDGE_VALUES = [float("nan"), float("inf"), -float("inf"), 0.5, 1.5, 2.5, -0
                     -1e-40, 127.49999, -128.49998, 3.5, -3.5]
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", ALL_ISAS)
 @pytest.mark.parametrize("head_dim", [16, 37, 256])  # 37: a tail past every variant's 8 or 16 lanes
 def test_int8_cache_write_every_isa_is_bit_identical(gen, isa, head_dim):
+    isa_or_skip(isa)
     kernel = cpu_kernel_or_skip(cpu_write_kernel)
     draw = Draw(gen)
     arguments = cache_write_call(draw, tokens=13, hkv=2, head_dim=head_dim, block_size=4, num_blocks=5, dtype=F32,

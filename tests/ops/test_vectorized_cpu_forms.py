@@ -85,13 +85,15 @@ def conv_update_path(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("hk,hv", [(2, 4), (2, 2)])
-def test_gdn_decode_step_on_pool_with_padding_and_fresh_rows(gen, hk, hv, decode_path):
+@pytest.mark.parametrize("hk,hv", [(2, 4), (1, 3), (2, 2)])
+# Without a final state is the engine's decode (the C++ kernel's case); with one, the torch form runs.
+@pytest.mark.parametrize("final", [False, True])
+def test_gdn_decode_step_on_pool_with_padding_and_fresh_rows(gen, hk, hv, final, decode_path):
     draw = Draw(gen)
     pool = state_pool(draw, 9, hv, 16, 8, scale=0.1)
     indices = pool_indices(draw, 6, 9, padding=[1, 4])
     _assert_gdn_match(_gdn_arguments(gen, batch=6, tokens=1, hk=hk, hv=hv, initial_state=pool,
-                                     ssm_state_indices=indices,
+                                     ssm_state_indices=indices, output_final_state=final,
                                      has_initial_state=torch.tensor([True, True, False, True, True, False])))
 
 
