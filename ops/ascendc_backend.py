@@ -121,14 +121,20 @@ def _delta_rule(binding, op, q, k, v, g, beta, scale, initial_state, output_fina
 
 def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, output_final_state=False, cu_seqlens=None,
                            ssm_state_indices=None, has_initial_state=None, use_qk_l2norm_in_kernel=False):
-    """The chunked delta rule on the mixed AIC+AIV kernel: Dk and Dv multiples of 16 up to 128."""
+    """The chunked delta rule on the mixed AIC+AIV kernel: any Dk, Dv up to ``gdn_chunk_max_head_dim()``
+    (padded to the cube tile of 16 inside the kernel)."""
     op = "chunk_gated_delta_rule"
-    dk, dv = q.shape[-1], v.shape[-1]
-    if dk % 16 or dv % 16 or dk > 128 or dv > 128:
-        raise BackendError(f"{op}: backend 'ascendc' needs head dims Dk and Dv that are multiples of 16 up to 128 "
-                           f"(a Dk x Dv float32 state fills one 64 KB L0B), got Dk = {dk}, Dv = {dv}")
+    dk, dv, limit = q.shape[-1], v.shape[-1], gdn_chunk_max_head_dim()
+    if dk > limit or dv > limit:
+        raise BackendError(f"{op}: backend 'ascendc' serves head dims Dk and Dv up to {limit} (a 64 x Dk float "
+                           f"operand is loaded whole into the cube's 64 KB L0A), got Dk = {dk}, Dv = {dv}")
     return _delta_rule(_ext().ascendc_chunk_gated_delta_rule, op, q, k, v, g, beta, scale, initial_state,
                        output_final_state, cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel)
+
+
+def gdn_chunk_max_head_dim() -> int:
+    """The largest Dk and Dv the Ascend C ``chunk_gated_delta_rule`` kernel serves (its tiling header's)."""
+    return int(_ext().ascendc_gdn_chunk_max_head_dim)
 
 
 def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu",

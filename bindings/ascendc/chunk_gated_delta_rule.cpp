@@ -42,7 +42,8 @@ std::tuple<at::Tensor, c10::optional<at::Tensor>> GdnChunk(
            Arg("ssm_state_indices", stateIndices, kRead), Arg("has_initial_state", hasInitial, kRead),
            Arg("o", o, kWrite), Arg("final_state", finalState, kWrite), Arg("workspace", workspace, kWrite));
   NoteTiling({{"used_cores", tiling.usedCores}, {"ws_floats_per_group", tiling.wsFloatsPerGroup},
-              {"ub_planned", static_cast<int64_t>(qwen_ascendc::GdnChunkUb(tiling))}});
+              {"dk_pad", tiling.dkPad}, {"dv_pad", tiling.dvPad}, {"row_tile", tiling.rowTile},
+              {"col_tile", tiling.colTile}, {"ub_planned", static_cast<int64_t>(qwen_ascendc::GdnChunkUb(tiling))}});
   return {o, finalState};
 }
 
@@ -55,7 +56,10 @@ void RegisterChunkGatedDeltaRule(py::module_& m) {
         py::arg("ssm_state_indices") = py::none(), py::arg("has_initial_state") = py::none(),
         py::arg("use_qk_l2norm_in_kernel") = false, py::arg("num_cores") = 0, py::arg("ub_bytes") = 0,
         py::arg("max_tile") = 0,
-        "Ascend C gated delta rule in chunks of 64 (mixed AIC+AIV kernel; Dk, Dv multiples of 16 up to 128).");
+        "Ascend C gated delta rule in chunks of 64 (mixed AIC+AIV kernel; Dk, Dv from 1 to "
+        "ascendc_gdn_chunk_max_head_dim, padded to 16 inside).");
+  // The head-dim limit, for the engine to refuse a model at construction rather than mid-generation.
+  m.attr("ascendc_gdn_chunk_max_head_dim") = qwen_ascendc::kGdnMaxHeadDim;
 }
 
 }  // namespace qwen_bind

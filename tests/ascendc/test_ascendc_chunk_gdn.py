@@ -121,13 +121,56 @@ def test_without_state_and_without_final(gen):
     assert res["ascendc"][1] is None
 
 
+# Head dims the Qwen3.5 family and odd shapes use: Dk, Dv padded to the cube tile of 16 inside the kernel.
+# float32 checks the padding to 1e-4; bfloat16 rows of 24/72 elements are not whole 32-byte blocks in GM.
+ODD_DIMS = [(8, 8, torch.float32), (24, 24, torch.bfloat16), (40, 72, torch.float32), (72, 40, torch.bfloat16),
+            (24, 136, torch.bfloat16), (136, 128, torch.float32), (256, 24, torch.float32)]
+
+
+@pytest.mark.parametrize("dk,dv,dtype", ODD_DIMS, ids=[f"dk{a}_dv{b}_{_dt(c)}" for a, b, c in ODD_DIMS])
+def test_odd_head_dims_with_state_pool_and_gqa(gen, dk, dv, dtype):
+    # Grouped key heads (Hv = 2 Hk), a pool with -1 padding and a fresh row, a ragged second chunk.
+    lens = [70, 5, 9]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+    args = _inputs(gen, b=1, t=sum(lens), hk=1, hv=2, dk=dk, dv=dv, dtype=dtype)
+    args.update(scale=dk ** -0.5, initial_state=torch.randn(5, 2, dk, dv, generator=gen) * 0.1,
+                output_final_state=True, cu_seqlens=cu, ssm_state_indices=torch.tensor([4, -1, 1]),
+                has_initial_state=torch.tensor([True, True, False]), use_qk_l2norm_in_kernel=True)
+    res = _both(args, num_cores=2)
+    info = _check(res, dtype)
+    tiling = info["tiling"]
+    assert (tiling["dk_pad"], tiling["dv_pad"]) == (-(-dk // 16) * 16, -(-dv // 16) * 16)
+    assert info["ub_high_water"] == tiling["ub_planned"], "the planner mirrors the AIV's buffers"
+    assert not res["ascendc"][0][0, 70:75].any() and not res["ascendc"][1][1].any(), "padding: zeros"
+    assert torch.equal(res["ascendc"][2][0], args["initial_state"][0]), "untouched pool rows stay as they were"
+
+
+def test_plain_initial_state_at_dk_dv_256(gen):
+    # The largest head dims: 32-row AIV tiles (the unified buffer) and 64-column cube tiles (L0B).
+    args = _inputs(gen, b=1, t=66, hk=1, hv=1, dk=256, dv=256, dtype=torch.float32)
+    init = torch.randn(1, 1, 256, 256, generator=gen) * 0.05
+    args.update(scale=256 ** -0.5, initial_state=init, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    res = _both(args)
+    info = _check(res, torch.float32)
+    assert (info["tiling"]["row_tile"], info["tiling"]["col_tile"]) == (32, 64)
+    assert info["ub_high_water"] == info["tiling"]["ub_planned"] <= 184 * 1024
+    assert torch.equal(res["ascendc"][2], init), "a plain initial_state is only read"
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_dt)
+def test_small_tiles_forced_on_odd_dims(gen, dtype):
+    # A tile cap splits the AIV's rows (8 at a time) and the cube's columns (16 at a time) at small head dims.
+    args = _inputs(gen, b=2, t=67, hk=2, hv=4, dk=40, dv=24, dtype=dtype)
+    args.update(scale=0.2, initial_state=torch.randn(2, 4, 40, 24, generator=gen) * 0.1, output_final_state=True)
+    info = _check(_both(args, max_tile=8), dtype)
+    assert (info["tiling"]["row_tile"], info["tiling"]["col_tile"]) == (8, 16)
+
+
 def test_head_dims_past_the_limit_are_refused(gen):
-    args = _inputs(gen, b=1, t=4, hk=1, hv=1, dk=256, dv=256, dtype=torch.float32)
-    with pytest.raises(_backend.BackendError, match=r"multiples of 16 up to 128.*Dk = 256, Dv = 256"):
-        ops.chunk_gated_delta_rule(**args, backend="ascendc")
-    args = _inputs(gen, b=1, t=4, hk=1, hv=1, dk=24, dv=16, dtype=torch.float32)
-    with pytest.raises(_backend.BackendError, match=r"Dk = 24"):
-        ops.chunk_gated_delta_rule(**args, backend="ascendc")
+    for dk, dv in ((264, 16), (16, 257)):
+        args = _inputs(gen, b=1, t=4, hk=1, hv=1, dk=dk, dv=dv, dtype=torch.float32)
+        with pytest.raises(_backend.BackendError, match=rf"up to 256 .*Dk = {dk}, Dv = {dv}"):
+            ops.chunk_gated_delta_rule(**args, backend="ascendc")
 
 
 def _bad_call(gen):

@@ -18,10 +18,15 @@
 
 namespace qwen_ascendc {
 
-// Tokens per chunk, and the largest head dims the on-chip buffers hold
-// (a Dk x Dv float state is exactly one 64 KB L0B).
+// Tokens per chunk; the cube tile the head dims are padded to; the largest
+// head dims: a 64 x Dk float operand is loaded whole into L0A (64 KB at 256).
 constexpr uint32_t kGdnChunk = 64;
-constexpr uint32_t kGdnMaxHeadDim = 128;
+constexpr uint32_t kGdnCubeTile = 16;
+constexpr uint32_t kGdnMaxHeadDim = 256;
+// The AIC's memories the kernel takes whole (A2/A3: L0A, L0B 64 KB; L0C 128 KB).
+constexpr uint32_t kGdnL0ABytes = 64u * 1024u;
+constexpr uint32_t kGdnL0BBytes = 64u * 1024u;
+constexpr uint32_t kGdnL0CBytes = 128u * 1024u;
 
 struct GdnChunkTiling {
   uint32_t numSeqs;          // N
@@ -29,8 +34,8 @@ struct GdnChunkTiling {
   uint32_t totalTokens;      // B * T
   uint32_t numKHeads;        // Hk
   uint32_t numVHeads;        // Hv
-  uint32_t dk;               // multiple of 16, <= kGdnMaxHeadDim
-  uint32_t dv;               // multiple of 16, <= kGdnMaxHeadDim
+  uint32_t dk;               // 1..kGdnMaxHeadDim
+  uint32_t dv;               // 1..kGdnMaxHeadDim
   uint32_t qkvDtype;
   uint32_t betaDtype;
   uint32_t cuDtype;          // QWEN_DT_INT32 / QWEN_DT_INT64 when cu_seqlens is given
@@ -43,59 +48,71 @@ struct GdnChunkTiling {
   uint32_t useL2Norm;
   uint32_t usedCores;        // AIC+2 AIV groups; units (sequence, value head) go round-robin
   uint32_t wsFloatsPerGroup; // GM workspace of one group, floats
+  uint32_t dkPad;            // dk, dv rounded up to kGdnCubeTile: every on-chip and workspace
+  uint32_t dvPad;            //   matrix is this wide, its padding zeros
+  uint32_t rowTile;          // chunk rows an AIV holds at once (64, 32, 16 or 8)
+  uint32_t colTile;          // columns of one cube product per Mmad (a multiple of 16)
   float scale;
 };
 
-// The GM workspace of one group: float matrices handed between its AIC and AIVs.
+QWEN_GDN_CHUNK_FN uint32_t GdnPadDim(uint32_t d) { return (d + kGdnCubeTile - 1) / kGdnCubeTile * kGdnCubeTile; }
+
+// The GM workspace of one group: float matrices handed between its AIC and
+// AIVs, Dk and Dv padded (Dkp, Dvp) with zeros in the padding.
 enum GdnChunkSlot : uint32_t {
-  WS_KC,     // 64 x Dk  k (l2-normalised), float
-  WS_QS,     // 64 x Dk  q * scale (l2-normalised)
-  WS_QD,     // 64 x Dk  qs * exp(gc)
-  WS_KB,     // 64 x Dk  k * beta * exp(gc)
-  WS_VB,     // 64 x Dv  v * beta
-  WS_KENDT,  // Dk x 64  (k * exp(gc_last - gc))^T
-  WS_G,      // 64 x 64  k k^T        (cube)
-  WS_P,      // 64 x 64  qs k^T       (cube)
-  WS_T,      // 64 x 64  (I + A)^-1
-  WS_ATT,    // 64 x 64  P * causal decay
-  WS_W,      // 64 x Dk  T Kb         (cube)
-  WS_U,      // 64 x Dv  T Vb         (cube)
-  WS_WS,     // 64 x Dv  W S          (cube)
-  WS_VNEW,   // 64 x Dv  U - W S
-  WS_SPART,  // Dk x Dv  Kend^T Vnew  (cube)
-  WS_STATE,  // Dk x Dv  the state entering the chunk
+  WS_KC,     // 64 x Dkp  k (l2-normalised), float
+  WS_QS,     // 64 x Dkp  q * scale (l2-normalised)
+  WS_QD,     // 64 x Dkp  qs * exp(gc)
+  WS_KB,     // 64 x Dkp  k * beta * exp(gc)
+  WS_VB,     // 64 x Dvp  v * beta
+  WS_KENDT,  // Dkp x 64  (k * exp(gc_last - gc))^T
+  WS_G,      // 64 x 64   k k^T        (cube)
+  WS_P,      // 64 x 64   qs k^T       (cube)
+  WS_T,      // 64 x 64   (I + A)^-1
+  WS_ATT,    // 64 x 64   P * causal decay
+  WS_W,      // 64 x Dkp  T Kb         (cube)
+  WS_U,      // 64 x Dvp  T Vb         (cube)
+  WS_WS,     // 64 x Dvp  W S          (cube)
+  WS_VNEW,   // 64 x Dvp  U - W S
+  WS_SPART,  // Dkp x Dvp Kend^T Vnew  (cube)
+  WS_STATE,  // Dkp x Dvp the state entering the chunk
   WS_SLOTS
 };
 
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkSlotFloats(uint32_t slot, uint32_t dk, uint32_t dv) {
+// Slot sizes and offsets in floats; dkp, dvp are the padded head dims.
+QWEN_GDN_CHUNK_FN uint32_t GdnChunkSlotFloats(uint32_t slot, uint32_t dkp, uint32_t dvp) {
   switch (slot) {
-    case WS_KC: case WS_QS: case WS_QD: case WS_KB: case WS_KENDT: case WS_W: return kGdnChunk * dk;
-    case WS_VB: case WS_U: case WS_WS: case WS_VNEW: return kGdnChunk * dv;
+    case WS_KC: case WS_QS: case WS_QD: case WS_KB: case WS_KENDT: case WS_W: return kGdnChunk * dkp;
+    case WS_VB: case WS_U: case WS_WS: case WS_VNEW: return kGdnChunk * dvp;
     case WS_G: case WS_P: case WS_T: case WS_ATT: return kGdnChunk * kGdnChunk;
-    default: return dk * dv;  // WS_SPART, WS_STATE
+    default: return dkp * dvp;  // WS_SPART, WS_STATE
   }
 }
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkSlotOffset(uint32_t slot, uint32_t dk, uint32_t dv) {
+QWEN_GDN_CHUNK_FN uint32_t GdnChunkSlotOffset(uint32_t slot, uint32_t dkp, uint32_t dvp) {
   uint32_t off = 0;
-  for (uint32_t s = 0; s < slot; ++s) off += GdnChunkSlotFloats(s, dk, dv);
+  for (uint32_t s = 0; s < slot; ++s) off += GdnChunkSlotFloats(s, dkp, dvp);
   return off;
 }
 
 // Unified buffer of an AIV, in the kernel's InitBuffer order: a 64x64 causal
-// mask and three 64x64 float matrices, two 64 x max(Dk, Dv) float row blocks,
-// one raw row block in the inputs' dtype, six 64-float vectors, a 32-byte
-// reduction result and the ReduceSum work area.
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkRowFloats(uint32_t dk, uint32_t dv) { return kGdnChunk * (dk > dv ? dk : dv); }
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkUbBytes(uint32_t dk, uint32_t dv, uint32_t elemBytes) {
-  const uint32_t mat = kGdnChunk * kGdnChunk * 4;
-  const uint32_t rows = GdnChunkRowFloats(dk, dv);
-  const uint32_t work = ((dk + 63) / 64 + 7) / 8 * 8 * 4;
-  return 4 * mat + 2 * rows * 4 + (rows * elemBytes + 31) / 32 * 32 + 6 * kGdnChunk * 4 + 32 + work;
+// mask and three 64x64 float matrices, two blocks of rowTile x max(Dkp, Dvp)
+// floats, one raw block of as many elements in the inputs' dtype, six
+// 64-float vectors, a 32-byte reduction result and the ReduceSum work area.
+QWEN_GDN_CHUNK_FN uint32_t GdnChunkRowFloats(uint32_t rowTile, uint32_t dkp, uint32_t dvp) {
+  return rowTile * (dkp > dvp ? dkp : dvp);
 }
-// L1 (A1 + B1) and L0A / L0B / L0C of the AIC, in the kernel's InitBuffer order.
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkL0ABytes() { return kGdnMaxHeadDim * kGdnChunk * 4; }
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkL0BBytes() { return kGdnMaxHeadDim * kGdnMaxHeadDim * 4; }
-QWEN_GDN_CHUNK_FN uint32_t GdnChunkL0CBytes() { return kGdnMaxHeadDim * kGdnMaxHeadDim * 4; }
+QWEN_GDN_CHUNK_FN uint32_t GdnChunkWorkBytes(uint32_t dkp) { return ((dkp + 63) / 64 + 7) / 8 * 8 * 4; }
+QWEN_GDN_CHUNK_FN uint32_t GdnChunkUbBytes(uint32_t rowTile, uint32_t dkp, uint32_t dvp, uint32_t elemBytes) {
+  const uint32_t mat = kGdnChunk * kGdnChunk * 4;
+  const uint32_t rows = GdnChunkRowFloats(rowTile, dkp, dvp);
+  return 4 * mat + 2 * rows * 4 + (rows * elemBytes + 31) / 32 * 32 + 6 * kGdnChunk * 4 + 32 + GdnChunkWorkBytes(dkp);
+}
+// The widest column tile of a product whose inner (k) and outer (m) dims are
+// at most `maxDim`: k x colTile floats fill at most L0B, m x colTile at most L0C.
+QWEN_GDN_CHUNK_FN uint32_t GdnChunkColTileLimit(uint32_t maxDim) {
+  const uint32_t byL0B = kGdnL0BBytes / 4 / maxDim, byL0C = kGdnL0CBytes / 4 / maxDim;
+  return (byL0B < byL0C ? byL0B : byL0C) / kGdnCubeTile * kGdnCubeTile;
+}
 
 }  // namespace qwen_ascendc
 

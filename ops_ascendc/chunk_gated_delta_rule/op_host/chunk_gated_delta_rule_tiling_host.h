@@ -7,10 +7,10 @@
 
 namespace qwen_ascendc {
 
-// `shape` carries every field but usedCores and wsFloatsPerGroup. Throws
-// std::invalid_argument for head dims the kernel does not take (Dk, Dv
-// multiples of 16 up to kGdnMaxHeadDim) or a unified buffer that cannot hold
-// its buffers.
+// `shape` carries every shape field (not dkPad, dvPad, rowTile, colTile,
+// usedCores, wsFloatsPerGroup). Throws std::invalid_argument for head dims the
+// kernel does not take (0 or past kGdnMaxHeadDim) or a unified buffer that
+// cannot hold 8 chunk rows.
 GdnChunkTiling PlanGdnChunk(const GdnChunkTiling& shape, const LaunchConfig& cfg);
 // Unified-buffer bytes an AIV asks TPipe for under tiling `t` (its InitBuffer calls, byte for byte).
 uint64_t GdnChunkUb(const GdnChunkTiling& t);
