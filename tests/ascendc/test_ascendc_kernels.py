@@ -242,6 +242,23 @@ def test_gdn_batch_without_state(gen):
     assert res["ascendc"][1] is None
 
 
+# Odd and mixed head dims (the chunk kernel's list): the state rows are DataCopyPad'ed, no tile of 16 is needed.
+RECURRENT_DIMS = [(8, 8), (24, 40), (40, 24), (72, 136), (136, 72), (256, 24)]
+
+
+@pytest.mark.parametrize("dk,dv", RECURRENT_DIMS, ids=[f"dk{a}_dv{b}" for a, b in RECURRENT_DIMS])
+def test_gdn_odd_head_dims_with_state_pool_and_gqa(gen, dk, dv):
+    lens = [1, 3, 1]
+    args = _gdn_inputs(gen, b=1, t=sum(lens), hk=1, hv=2, dk=dk, dv=dv, dtype=torch.bfloat16)
+    args.update(scale=dk ** -0.5, initial_state=torch.randn(4, 2, dk, dv, generator=gen) * 0.1,
+                output_final_state=True, cu_seqlens=offsets(lens), ssm_state_indices=torch.tensor([3, -1, 0]),
+                has_initial_state=torch.tensor([True, True, False]), use_qk_l2norm_in_kernel=True)
+    res = _gdn_both(args, num_cores=3)
+    _gdn_check(res, torch.bfloat16)
+    assert not res["ascendc"][0][0, 1:4].any(), "padding outputs zeros"
+    assert torch.equal(res["ascendc"][2][1], args["initial_state"][1]), "untouched pool rows stay as they were"
+
+
 def test_gdn_stress_tiles_and_cores(gen):
     n, hk, hv, dk, dv = 6, 2, 4, 128, 128
     lens = [1, 2, 1, 3, 1, 1]
