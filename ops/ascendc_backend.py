@@ -124,10 +124,9 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, outpu
     """The chunked delta rule on the mixed AIC+AIV kernel: any Dk, Dv up to ``gdn_chunk_max_head_dim()``
     (padded to the cube tile of 16 inside the kernel)."""
     op = "chunk_gated_delta_rule"
-    dk, dv, limit = q.shape[-1], v.shape[-1], gdn_chunk_max_head_dim()
-    if dk > limit or dv > limit:
-        raise BackendError(f"{op}: backend 'ascendc' serves head dims Dk and Dv up to {limit} (a 64 x Dk float "
-                           f"operand is loaded whole into the cube's 64 KB L0A), got Dk = {dk}, Dv = {dv}")
+    refusal = _gdn_chunk_refusal(q.shape[-1], v.shape[-1])
+    if refusal is not None:
+        raise BackendError(refusal)
     return _delta_rule(_ext().ascendc_chunk_gated_delta_rule, op, q, k, v, g, beta, scale, initial_state,
                        output_final_state, cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel)
 
@@ -135,6 +134,28 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, outpu
 def gdn_chunk_max_head_dim() -> int:
     """The largest Dk and Dv the Ascend C ``chunk_gated_delta_rule`` kernel serves (its tiling header's)."""
     return int(_ext().ascendc_gdn_chunk_max_head_dim)
+
+
+def _gdn_chunk_refusal(dk: int, dv: int) -> str | None:
+    limit = gdn_chunk_max_head_dim()
+    if dk <= limit and dv <= limit:
+        return None
+    return (f"chunk_gated_delta_rule: backend 'ascendc' serves head dims Dk and Dv up to {limit} (a 64 x Dk float "
+            f"operand is loaded whole into the cube's 64 KB L0A), got Dk = {dk}, Dv = {dv}")
+
+
+def _attention_refusal(op: str, d: int) -> str | None:
+    if d % 16 == 0 and d <= 256:
+        return None
+    return f"{op}: backend 'ascendc' needs a head dim that is a multiple of 16 and at most 256, got {d}"
+
+
+def model_shape_refusals(*, attention_head_dim: int, gdn_key_head_dim: int, gdn_value_head_dim: int) -> dict[str, str]:
+    """op -> why its Ascend C kernel cannot serve a model with these head dims (ops absent: served). The
+    engine asks when it is built, so that such a model is refused there rather than in the middle of a step."""
+    refusals = {"chunk_gated_delta_rule": _gdn_chunk_refusal(gdn_key_head_dim, gdn_value_head_dim),
+                "mixed_attention": _attention_refusal("mixed_attention", attention_head_dim)}
+    return {op: why for op, why in refusals.items() if why is not None}
 
 
 def causal_conv1d_update(*, x, conv_states, weight, bias=None, cache_indices, activation="silu",
@@ -164,10 +185,9 @@ def fused_gdn_gating(*, A_log, a, b, dt_bias):
 
 def prefill_attention(*, query, key, value, cu_seqlens_q, key_cache=None, value_cache=None, block_tables=None,
                       context_lens=None, scale, k_scale=None, v_scale=None, causal=True) -> torch.Tensor:
-    d = query.shape[-1]
-    if d % 16 != 0 or d > 256:
-        raise BackendError(f"prefill_attention: backend 'ascendc' needs a head dim that is a multiple of 16 and at "
-                           f"most 256, got {d}")
+    refusal = _attention_refusal("prefill_attention", query.shape[-1])
+    if refusal is not None:
+        raise BackendError(refusal)
     return _ext().ascendc_prefill_attention(
         _c(query), _c(key), _c(value), _c(cu_seqlens_q), float(scale), _c(key_cache), _c(value_cache),
         _c(block_tables), _c(context_lens), _c(k_scale), _c(v_scale), bool(causal), **_config())
@@ -177,10 +197,9 @@ def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, 
                     num_decodes, scale, k_scale=None, v_scale=None) -> torch.Tensor:
     # No prefill_units parameter, so dispatch() does not pass the engine's work
     # list: the kernel walks its prefill units on the device from the cu_seqlens.
-    d = query.shape[-1]
-    if d % 16 != 0 or d > 256:
-        raise BackendError(f"mixed_attention: backend 'ascendc' needs a head dim that is a multiple of 16 and at "
-                           f"most 256, got {d}")
+    refusal = _attention_refusal("mixed_attention", query.shape[-1])
+    if refusal is not None:
+        raise BackendError(refusal)
     return _ext().ascendc_mixed_attention(
         _c(query), _c(key), _c(value), _c(key_cache), _c(value_cache), _c(block_tables), _c(query_start_loc),
         _c(seq_lens), int(num_decodes), float(scale), _c(k_scale), _c(v_scale), **_config())

@@ -19,6 +19,7 @@ import torch
 
 from ...scheduling import SchedulerConfig, default_batch_limits
 from ..loading.config import Qwen35Config
+from ..network.backends import refuse_unserved_shapes
 from ..network.kv_cache_groups import num_gdn_groups
 from ..network.mtp import count_mtp_layers
 from ..spec_decode.speculative_config import SpeculativeConfig, parse_speculative_config
@@ -127,6 +128,7 @@ class EngineConfig:
         device = torch.device(device) if device is not None else default_device()
         torch_dtype = DTYPES[dtype]
         config = Qwen35Config.from_pretrained(model_dir)
+        refuse_unserved_shapes(backend, config, device)
         if max_model_len is not None and max_model_len > config.max_position_embeddings:
             raise ValueError(f"LLM(max_model_len={max_model_len}) exceeds the model's max_position_embeddings="
                              f"{config.max_position_embeddings} (config.json)")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...ops._backend import BACKENDS, IMPLEMENTATIONS
+import torch
+
+from ...ops._backend import BACKENDS, IMPLEMENTATIONS, BackendError, resolved_backend
 
 
 def backend_chooser(requested: str | None) -> Callable[[str], str | None]:
@@ -50,3 +52,27 @@ def describe(requested: str | None, *, is_moe: bool = False) -> str:
         return f"backend: {requested} for every op"
     return (f"backend: {requested} for {', '.join(served) or 'no op'}; device default for {', '.join(fallback)} "
             f"(not implemented by {requested})")
+
+
+def refuse_unserved_shapes(requested: str | None, config, device: torch.device) -> None:
+    """Raise ValueError, when the engine is built, if a kernel the model's ops will run on cannot serve the
+    model's head dims (``config``: a ``Qwen35Config``), naming the op and its limit; a step would otherwise
+    stop with it in the middle of generation. Only the Ascend C kernels have such limits."""
+    choose = backend_chooser(requested)
+    on_ascendc = set()
+    for op in model_ops(config.is_moe):
+        try:
+            if resolved_backend(op, choose(op), device) == "ascendc":
+                on_ascendc.add(op)
+        except BackendError:
+            continue  # a backend that cannot serve the device at all says so on the first call, as before
+    if not on_ascendc:
+        return
+    from ...ops import ascendc_backend
+
+    refusals = ascendc_backend.model_shape_refusals(
+        attention_head_dim=config.head_dim, gdn_key_head_dim=config.linear_key_head_dim,
+        gdn_value_head_dim=config.linear_value_head_dim)
+    problems = [why for op, why in sorted(refusals.items()) if op in on_ascendc]
+    if problems:
+        raise ValueError(f"LLM(backend={requested!r}) cannot serve this model: " + "; ".join(problems))

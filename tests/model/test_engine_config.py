@@ -44,3 +44,35 @@ def test_a_ready_config_takes_no_other_argument():
     config = EngineConfig.from_args(**ARGS)
     with pytest.raises(TypeError, match="takes no other arguments"):
         LLMEngine(config, dtype="float16")
+
+
+def _config_with(tmp_path, **changes):
+    import json
+
+    with open(os.path.join(default_model_dir(), "config.json")) as f:
+        config = json.load(f)
+    config.update(changes)
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(config, f)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(linear_key_head_dim=264), r"chunk_gated_delta_rule: backend 'ascendc' serves head dims Dk and Dv up to 256 "
+                                    r".*got Dk = 264, Dv = 64"),
+    (dict(linear_value_head_dim=320), r"chunk_gated_delta_rule: .*up to 256 .*got Dk = 64, Dv = 320"),
+    (dict(head_dim=40), r"mixed_attention: backend 'ascendc' needs a head dim that is a multiple of 16 and at most "
+                        r"256, got 40"),
+], ids=["gdn_key_head_dim", "gdn_value_head_dim", "attention_head_dim"])
+def test_a_shape_the_ascendc_kernels_cannot_serve_is_refused_when_the_engine_is_built(tmp_path, changes, message):
+    # Refused by EngineConfig (before any weight loads), naming the op and its limit, not in the middle of a step;
+    # the same model on a backend without the limit resolves.
+    model = _config_with(tmp_path, **changes)
+    with pytest.raises(ValueError, match=r"LLM\(backend='ascendc'\) cannot serve this model: " + message):
+        EngineConfig.from_args(model, backend="ascendc", **ARGS)
+    assert EngineConfig.from_args(model, backend="torch", **ARGS).backend == "torch"
+
+
+def test_gdn_head_dims_the_ascendc_kernels_pad_are_not_refused(tmp_path):
+    model = _config_with(tmp_path, linear_key_head_dim=24, linear_value_head_dim=256)
+    assert EngineConfig.from_args(model, backend="ascendc", **ARGS).backend == "ascendc"
