@@ -8,12 +8,12 @@ the kernels sum in another order than torch: float32 rounding only).
 """
 import pytest
 import torch
+from backend_calls import record_backend_calls
 from checkpoints import hf_greedy, hf_model, save_text_checkpoint
 from test_parity import assert_logprobs_match, hf_logprobs, random_prompt
 from tolerances import MODEL_VS_TRANSFORMERS
 
 from qwen_ops import LLM, SamplingParams
-from qwen_ops.ops import _backend
 
 GDN_HEAD_DIMS = [(16, 16), (24, 24), (128, 128), (24, 40)]
 
@@ -24,19 +24,7 @@ def test_ascendc_generation_matches_transformers(tmp_path, gen, monkeypatch, dk,
     prompt = random_prompt(gen, 70)
     hf = hf_model(checkpoint)
     ref_tokens, _ = hf_greedy(hf, prompt, 5)
-    ran = set()
-    load = _backend._load
-
-    def recording_load(target):
-        implementation = load(target)
-
-        def run(**arguments):
-            ran.add(target)
-            return implementation(**arguments)
-
-        return run
-
-    monkeypatch.setattr(_backend, "_load", recording_load)
+    ran = record_backend_calls(monkeypatch)
     llm = LLM(checkpoint, num_blocks=32, max_num_seqs=2, backend="ascendc")
     out = llm.generate([prompt], SamplingParams(max_tokens=5, logprobs=3, temperature=0, detokenize=False))
     out = out[0].outputs[0]

@@ -6,6 +6,7 @@ mixing decode rows with prefill chunks in one step.
 """
 import pytest
 import torch
+from backend_calls import record_backend_calls
 
 import qwen_ops.ops as ops
 from qwen_ops import LLM, SamplingParams
@@ -45,21 +46,10 @@ def test_partial_backend_runs_the_model_with_device_fallback(text_checkpoint, ge
     assert all(choose(op) == "ascendc" for op in served)
     prompts = [torch.randint(1, 256, (n,), generator=gen).tolist() for n in (3, 9)]
     runs, used = {}, set()
-    load = _backend._load
-
-    def recording_load(target):
-        implementation = load(target)
-
-        def run(**arguments):
-            used.add(target)
-            return implementation(**arguments)
-
-        return run
-
     for backend in ("torch", "ascendc"):
         llm = LLM(text_checkpoint, num_blocks=32, max_num_seqs=2, max_num_batched_tokens=6, backend=backend)
         if backend == "ascendc":
-            monkeypatch.setattr(_backend, "_load", recording_load)
+            used = record_backend_calls(monkeypatch)
         runs[backend] = llm.generate(prompts, GREEDY)
     # Every op the model called, and on which backend: exactly what the summary says.
     ran_on = {target.split(":")[1]: target.split(":")[0] for target in used}
