@@ -184,3 +184,13 @@ def fused_experts(*, hidden_states, w13, w2, topk_weights, topk_ids) -> torch.Te
     """The routed experts on the mixed AIC+AIV grouped-GEMM kernel (grouping and tiling planned on the host)."""
     return _ext().ascendc_fused_experts(_c(hidden_states), _c(w13), _c(w2), _c(topk_weights), _c(topk_ids),
                                         **_config())
+
+
+def check_fused_experts(*, hidden: int, inter: int, dtype: torch.dtype) -> None:
+    """Raise ``BackendError`` (naming the op and the limit) if the Ascend C ``fused_experts`` kernel cannot
+    hold hidden size H = ``hidden`` and expert width I = ``inter`` in ``dtype``; an engine calls this when it
+    is built, so that such a model is refused then and not in the middle of a generation."""
+    try:
+        _ext().ascendc_fused_experts_plan(int(hidden), int(inter), torch.empty(0, dtype=dtype))
+    except ValueError as exc:
+        raise BackendError(str(exc)) from exc

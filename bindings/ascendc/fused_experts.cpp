@@ -109,9 +109,35 @@ at::Tensor FusedExperts(const at::Tensor& x, const at::Tensor& w13, const at::Te
   return out;
 }
 
+// The tiling of one pair routed to expert 0 at these sizes: what an engine
+// checks when it is built, so that sizes the kernel cannot hold are refused
+// then (the planner's ValueError) and not in the middle of a generation.
+py::dict PlanOnly(int64_t hidden, int64_t inter, const at::Tensor& dtypeOf) {
+  const char* op = "fused_experts";
+  TORCH_CHECK(hidden >= 1 && inter >= 1, op, ": hidden and intermediate sizes must be positive, got H = ", hidden,
+              ", I = ", inter);
+  TORCH_CHECK(IsFloat(dtypeOf), op, ": the weights must be float32, float16 or bfloat16, got ", dtypeOf.scalar_type());
+  qwen_ascendc::FusedExpertsTiling shape{};
+  shape.numTokens = 1;
+  shape.topK = 1;
+  shape.numExperts = 1;
+  shape.hidden = U32(op, hidden, "H");
+  shape.inter = U32(op, inter, "I");
+  shape.dtype = Code(dtypeOf.scalar_type());
+  shape.numPairs = 1;
+  const auto t = qwen_ascendc::PlanFusedExperts(shape, {1}, Config(0, 0, 0));
+  py::dict d;
+  d["m_tile"] = t.mTile;
+  d["n_tile"] = t.nTile;
+  d["k_tile"] = t.kTile;
+  return d;
+}
+
 }  // namespace
 
 void RegisterFusedExperts(py::module_& m) {
+  m.def("ascendc_fused_experts_plan", &PlanOnly, py::arg("hidden"), py::arg("inter"), py::arg("dtype_of"),
+        "The fused_experts tiling for H, I and the dtype of `dtype_of` (ValueError where the kernel cannot hold them).");
   m.def("ascendc_fused_experts", &FusedExperts, py::arg("hidden_states"), py::arg("w13"), py::arg("w2"),
         py::arg("topk_weights"), py::arg("topk_ids"), py::arg("num_cores") = 0, py::arg("ub_bytes") = 0,
         py::arg("max_tile") = 0,

@@ -66,3 +66,25 @@ def test_ascendc_moe_parity_with_transformers(tmp_path, gen, head_dim):
     torch.testing.assert_close(llm.score(prompt), ref, **tol(MODEL_VS_TRANSFORMERS, torch.float32))
     out = llm.generate([prompt], SamplingParams(max_tokens=5, temperature=0, detokenize=False))[0].outputs[0]
     assert out.token_ids == ref_tokens
+
+
+def test_expert_sizes_the_ascendc_kernel_cannot_hold_are_refused_when_the_layer_is_built():
+    """A MoE layer whose hidden size the Ascend C expert kernel cannot hold is refused at construction (naming
+    the op and the limit), not at its first forward; Qwen3.5 MoE's real sizes pass; torch has no such limit."""
+    from types import SimpleNamespace
+
+    from qwen_ops.model.network.moe import SparseMoeBlock
+    from qwen_ops.ops import BackendError, ascendc_backend
+
+    for hidden, inter in ((2048, 512), (4096, 1024)):  # 35B-A3B's and a wider MoE's expert shapes
+        ascendc_backend.check_fused_experts(hidden=hidden, inter=inter, dtype=torch.bfloat16)
+        ascendc_backend.check_fused_experts(hidden=hidden, inter=inter, dtype=torch.float32)
+    h, i, e, m = 9000, 8, 2, "layers.0.mlp."
+    weights = {m + "gate.weight": torch.zeros(e, h), m + "experts.gate_up_proj": torch.zeros(e, 2 * i, h),
+               m + "experts.down_proj": torch.zeros(e, h, i), m + "shared_expert.gate_proj.weight": torch.zeros(i, h),
+               m + "shared_expert.up_proj.weight": torch.zeros(i, h),
+               m + "shared_expert.down_proj.weight": torch.zeros(h, i), m + "shared_expert_gate.weight": torch.zeros(1, h)}
+    config = SimpleNamespace(num_experts_per_tok=1)
+    with pytest.raises(BackendError, match=r"fused_experts: backend 'ascendc' keeps 16 rows .*max\(H, I\) = 9000"):
+        SparseMoeBlock(config, 0, weights, "ascendc")
+    assert SparseMoeBlock(config, 0, weights, "torch").backend == "torch"
