@@ -74,10 +74,10 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "triton": "gdn.triton_gating:fused_gdn_gating",
         "ascendc": "ascendc_backend:fused_gdn_gating",
     },
-    # No Ascend C kernel (see README.md, "The MoE expert op on Ascend C").
     "fused_experts": {
         "torch": "moe.reference:fused_experts",
         "triton": "moe.triton_grouped_gemm:fused_experts",
+        "ascendc": "ascendc_backend:fused_experts",
     },
 }
 

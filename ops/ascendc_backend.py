@@ -24,7 +24,7 @@ from ._backend import BackendError
 
 KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
            "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating", "prefill_attention",
-           "chunk_gated_delta_rule", "mixed_attention")
+           "chunk_gated_delta_rule", "mixed_attention", "fused_experts")
 
 _local = threading.local()
 
@@ -203,3 +203,19 @@ def mixed_attention(*, query, key, value, key_cache, value_cache, block_tables, 
     return _ext().ascendc_mixed_attention(
         _c(query), _c(key), _c(value), _c(key_cache), _c(value_cache), _c(block_tables), _c(query_start_loc),
         _c(seq_lens), int(num_decodes), float(scale), _c(k_scale), _c(v_scale), **_config())
+
+
+def fused_experts(*, hidden_states, w13, w2, topk_weights, topk_ids) -> torch.Tensor:
+    """The routed experts on the mixed AIC+AIV grouped-GEMM kernel (grouping and tiling planned on the host)."""
+    return _ext().ascendc_fused_experts(_c(hidden_states), _c(w13), _c(w2), _c(topk_weights), _c(topk_ids),
+                                        **_config())
+
+
+def check_fused_experts(*, hidden: int, inter: int, dtype: torch.dtype) -> None:
+    """Raise ``BackendError`` (naming the op and the limit) if the Ascend C ``fused_experts`` kernel cannot
+    hold hidden size H = ``hidden`` and expert width I = ``inter`` in ``dtype``; an engine calls this when it
+    is built, so that such a model is refused then and not in the middle of a generation."""
+    try:
+        _ext().ascendc_fused_experts_plan(int(hidden), int(inter), torch.empty(0, dtype=dtype))
+    except ValueError as exc:
+        raise BackendError(str(exc)) from exc

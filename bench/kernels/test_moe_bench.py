@@ -4,7 +4,10 @@ Qwen3.5-35B-A3B's expert shape: hidden 2048, 256 experts of width 512, top-8.
 Decode batches of 1 to 256 tokens (weights streamed: the time follows the
 experts the batch touches) and a 2048-token prefill chunk (every expert busy).
 Routing: K distinct random experts per token. ``QWEN_OPS_BENCH_QUICK=1``
-shrinks it to 8 experts of width 16.
+shrinks it to 8 experts of width 16. Rows: every backend (torch, triton,
+ascendc); on the CPU the triton row (interpreter) and the ascendc row (the
+Ascend C stand-in simulator, whose speed is not a device's) are skipped with
+that reason and timed only on a GPU / an NPU.
 """
 from __future__ import annotations
 

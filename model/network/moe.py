@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ... import ops
+from ...ops._backend import BackendError, resolved_backend
+from ...ops.ascendc_backend import check_fused_experts
 from ..loading.config import Qwen35Config
 from .backends import backend_chooser
 from .layers import swiglu_mlp
@@ -52,6 +54,16 @@ class SparseMoeBlock:
                        weights[m + "shared_expert.down_proj.weight"])
         self.shared_gate = weights[m + "shared_expert_gate.weight"]
         self.backend = backend_chooser(backend)("fused_experts")
+        self._check_kernel_limits()
+
+    def _check_kernel_limits(self) -> None:
+        """Sizes the expert kernel that will serve this layer cannot hold are refused now, not mid-generation."""
+        try:
+            chosen = resolved_backend("fused_experts", self.backend, self.w13.device)
+        except BackendError:
+            return  # the call itself raises with its reason
+        if chosen == "ascendc":
+            check_fused_experts(hidden=self.w13.shape[2], inter=self.w2.shape[2], dtype=self.w13.dtype)
 
     def forward(self, x: torch.Tensor, observer: RoutingObserver | None = None) -> torch.Tensor:
         """x: [T, H] (the post-attention norm's output) -> [T, H]."""

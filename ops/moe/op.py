@@ -5,10 +5,10 @@ fused layout). The router (softmax, top-k, renormalisation) is the caller's:
 this op takes its result, ``topk_ids`` and ``topk_weights``.
 
 Backends: ``torch`` (``reference.py``, one matmul per expert that received a
-token) and ``triton`` (``triton_grouped_gemm.py``, a grouped GEMM over the
-experts' token ranges). There is no Ascend C kernel: ``backend="ascendc"``
-raises ``BackendError``. What one would need is written in README.md
-("The MoE expert op on Ascend C").
+token), ``triton`` (``triton_grouped_gemm.py``, a grouped GEMM over the
+experts' token ranges) and ``ascendc`` (``ops_ascendc/fused_experts``, the
+same grouped GEMM on the cube with SwiGLU and the weighted sum on the vector
+cores; docs/ascendc.md).
 """
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ def fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, *, backend: st
         for the roundings). Experts that no token chose are not read.
     Raises:
         TypeError/ValueError naming the argument for a wrong dtype or shape or
-        an expert id outside [0, E); ``BackendError`` for ``backend="ascendc"``.
+        an expert id outside [0, E); on ``backend="ascendc"``, ValueError for
+        max(H, I) past what the kernel's L1 holds (see docs/ascendc.md).
     """
     return torch.ops.qwen_ops.fused_experts(hidden_states, w13, w2, topk_weights, topk_ids, backend)

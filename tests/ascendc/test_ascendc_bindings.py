@@ -289,6 +289,53 @@ CASES += [
      r"mixed_attention: the Ascend C kernel needs a head dim D that is a multiple of 16 and at most 256, got 512"),
 ]
 
+# fused_experts (the mixed grouped-GEMM kernel): 5 tokens, top-2 of 3 experts, H = 24, I = 8, float16.
+def fused_experts():
+    return dict(hidden_states=_rand(5, 24, dtype=F16), w13=_rand(3, 16, 24, dtype=F16), w2=_rand(3, 24, 8, dtype=F16),
+                topk_weights=torch.rand(5, 2), topk_ids=torch.tensor([[0, 2], [1, 0], [2, 1], [0, 1], [2, 0]]))
+
+
+VALID["fused_experts"] = fused_experts
+
+
+def test_fused_experts_valid_call_runs():
+    """The positive control (registered after test_valid_call_runs was parametrized)."""
+    call = fused_experts()
+    out = _C.ascendc_fused_experts(**call)
+    assert out.shape == call["hidden_states"].shape and bool(torch.isfinite(out).all())
+
+
+CASES += [
+    ("fused_experts", "non-contiguous hidden_states", strided("hidden_states"), r"'hidden_states' must be contiguous"),
+    ("fused_experts", "non-contiguous w2", strided("w2"), r"'w2' must be contiguous"),
+    ("fused_experts", "hidden_states int32", put("hidden_states", lambda t: t.int()),
+     r"'hidden_states' \[T, H\] must be float32, float16 or bfloat16"),
+    ("fused_experts", "w13 float32", put("w13", lambda t: t.float()), r"'w13' and 'w2' must have hidden_states' dtype"),
+    ("fused_experts", "w13 odd 2I", put("w13", lambda t: t[:, :-1].contiguous()), r"'w13' \[E, 2I, H\] must have an even"),
+    ("fused_experts", "w13 wrong H", put("w13", lambda t: t[..., :-1].contiguous()),
+     r"'w13' must have shape \[3, 16, 24\]"),
+    ("fused_experts", "w2 wrong I", put("w2", lambda t: t[..., :-1].contiguous()), r"'w2' must have shape \[3, 24, 8\]"),
+    ("fused_experts", "topk_ids float", put("topk_ids", lambda t: t.float()), r"'topk_ids' \[T, K\] must be int32 or int64"),
+    ("fused_experts", "topk_ids one token short", put("topk_ids", lambda t: t[:-1].contiguous()),
+     r"'topk_ids' must have shape \[5, 2\]"),
+    ("fused_experts", "K past E", many(put("topk_ids", lambda t: torch.zeros(5, 4, dtype=torch.long)),
+                                       put("topk_weights", lambda t: torch.rand(5, 4))),
+     r"1 <= K <= E = 3"),
+    ("fused_experts", "topk_weights wrong K", put("topk_weights", lambda t: t[:, :1].contiguous()),
+     r"'topk_weights' must have shape \[5, 2\]"),
+    ("fused_experts", "topk_weights int64", put("topk_weights", lambda t: t.long()),
+     r"'topk_weights' \[T, K\] must be a float dtype"),
+    ("fused_experts", "expert id 3 of 3", put("topk_ids", lambda t: t.masked_fill(t == 2, 3)),
+     r"'topk_ids' has expert id 3 outside \[0, 3\)"),
+    ("fused_experts", "expert id -1", put("topk_ids", lambda t: t.masked_fill(t == 1, -1)),
+     r"'topk_ids' has expert id -1 outside \[0, 3\)"),
+    ("fused_experts", "hidden size no L1 tile fits",
+     many(put("hidden_states", lambda t: torch.zeros(5, 20000, dtype=F16)),
+          put("w13", lambda t: torch.zeros(3, 16, 20000, dtype=F16)),
+          put("w2", lambda t: torch.zeros(3, 20000, 8, dtype=F16))),
+     r"fused_experts: backend 'ascendc' keeps 16 rows of the whole hidden \(H\) or intermediate \(I\) width in L1"),
+]
+
 @pytest.mark.parametrize("name,what,mutate,match", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_binding_rejects_bad_input_and_writes_nothing(name, what, mutate, match):
     call = VALID[name]()

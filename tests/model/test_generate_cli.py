@@ -95,3 +95,15 @@ def test_corrupt_weights_are_a_clean_error(tiny_model_dir, tmp_path, capsys):
 def test_bad_engine_flags_are_clean_errors(tiny_model_dir, capsys, flags, needle):
     assert main(["--model", tiny_model_dir, "--num-blocks", "16", *flags]) == 2
     assert_clean_error(capsys, needle)
+
+
+def test_ascendc_backend_on_a_moe_model_reports_every_op_on_ascend_c(tmp_path, capsys):
+    """qwen-generate --backend ascendc on a MoE checkpoint: the experts too (fused_experts) run on Ascend C."""
+    from checkpoints import save_moe_checkpoint
+
+    path = save_moe_checkpoint(tmp_path / "moe", seed=3)
+    byte_level_tokenizer(path)
+    assert main(["--model", path, "--prompt", "Hi", "--max-tokens", "3", "--temperature", "0", "--num-blocks", "16",
+                 "--backend", "ascendc"]) == 0
+    _, err = capsys.readouterr()
+    assert "backend: ascendc for every op" in err.splitlines()

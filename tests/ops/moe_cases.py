@@ -18,6 +18,18 @@ def draw(gen, tokens, hidden, inter, experts, top_k, dtype=torch.float32, ids=No
     return dict(hidden_states=x, w13=w13, w2=w2, topk_weights=weights, topk_ids=ids)
 
 
+def experts_without_tokens(gen):
+    """21 tokens routed (top-2) to experts 1, 2 and 6 of 8 only; the other experts' weights are NaN, so a
+    kernel that reads them shows it."""
+    used = torch.tensor([1, 2, 6])
+    ids = used[torch.stack([torch.randperm(3, generator=gen)[:2] for _ in range(21)])]
+    call = draw(gen, 21, 32, 24, 8, 2, ids=ids)
+    for e in (0, 3, 4, 5, 7):
+        call["w13"][e] = float("nan")
+        call["w2"][e] = float("nan")
+    return call
+
+
 def naive_float64(hidden_states, w13, w2, topk_weights, topk_ids):
     """One (token, slot) at a time in float64: the op's formula written out independently."""
     x, w13, w2, w = (t.double() for t in (hidden_states, w13, w2, topk_weights))

@@ -47,8 +47,8 @@ def test_core_types_of_the_real_kernels():
     sources = sorted(REPO.glob("ops_ascendc/*/op_kernel/*.cpp"))
     assert {v.source for v in variants} == set(sources) and len(sources) >= 9
     aic = {v.kernel for v in variants if v.core == "AIC"}
-    assert aic == {"chunk_gated_delta_rule/chunk_gated_delta_rule", "mixed_attention/mixed_attention",
-                   "prefill_attention/prefill_attention"}
+    assert aic == {"chunk_gated_delta_rule/chunk_gated_delta_rule", "fused_experts/fused_experts",
+                   "mixed_attention/mixed_attention", "prefill_attention/prefill_attention"}
     assert len(variants) == len(sources) + len(aic)
 
 
