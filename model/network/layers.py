@@ -10,7 +10,9 @@ import os
 import torch
 import torch.nn.functional as F
 
+from ...ops.int8_linear import int8_linear, quantize_per_token, quantize_static
 from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
+from ..loading.quantization import W8A8, W8A8_DYNAMIC, Int8Weight
 
 # QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
 SMALL_M_LINEAR_ENV = "QWEN_OPS_SMALL_M_LINEAR"
@@ -28,20 +30,40 @@ def set_small_m_linear(enabled: bool) -> bool:
     return previous
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``; x: [T, K], weight: [N, K], bias: [N] or None -> [T, N].
+def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; x: [T, K], weight: [N, K] (or an ``Int8Weight``), bias: [N] or None -> [T, N].
 
-    On the CPU in float32 with at most ``SMALL_M_MAX_ROWS`` rows (decode steps) and contiguous
+    An ``Int8Weight`` runs ``int8_projection``. On the CPU in float32 with at most ``SMALL_M_MAX_ROWS`` rows (decode steps) and contiguous
     operands it runs ``torch.ops.qwen_ops.small_m_linear``, which streams the weight at the
     machine's bandwidth where MKL's small-M sgemm does not; the result equals F.linear's up to the
     order of the float32 sums over K. Everything else (prefill, other dtypes and devices) is F.linear.
     """
+    if isinstance(weight, Int8Weight):
+        return int8_projection(x, weight, bias)
     if (_small_m_linear_on and x.device.type == "cpu" and x.dim() == 2 and x.shape[0] <= SMALL_M_MAX_ROWS
             and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.is_contiguous()
             and weight.is_contiguous()
             and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
         return torch.ops.qwen_ops.small_m_linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, K] float -> [T, N] in x's dtype through ``ops.int8_linear``, as the weight's scheme says.
+
+    ``W8A8_DYNAMIC``: x quantized per token (``quantize_per_token``); ``W8A8``: x quantized with the layer's
+    calibrated scale and zero point (``quantize_static``), the checkpoint's quant_bias added to the int32 sums
+    and its deq_scale applied (the per-row scale is 1); weight-only: x as it is.
+    """
+    if weight.scheme == W8A8_DYNAMIC:
+        q, token_scale = quantize_per_token(x)
+        return int8_linear(q, weight.weight, weight.weight_scale, x_scale=token_scale, bias=bias, out_dtype=x.dtype)
+    if weight.scheme == W8A8:
+        q = quantize_static(x, weight.input_scale, weight.input_offset)
+        ones = torch.ones(x.shape[0], dtype=torch.float32, device=x.device)
+        return int8_linear(q, weight.weight, weight.weight_scale, x_scale=ones, quant_bias=weight.quant_bias,
+                           bias=bias, out_dtype=x.dtype)
+    return int8_linear(x, weight.weight, weight.weight_scale, bias=bias)
 
 
 def rms_norm_zero_centred(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
