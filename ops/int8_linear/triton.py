@@ -90,7 +90,9 @@ def int8_linear(*, x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype
     # The interpreter's dot of a bfloat16 tile made in the kernel (the converted weight) is wrong (measured:
     # values near 1e10), so there both operands go to float32 (exact for int8 and 16-bit values, IEEE sums).
     in_float32 = x.dtype == torch.float32 or kind == "interpreter"
-    precision = dot_precision(kind, torch.float32 if a_int8 or in_float32 else x.dtype)
+    # An int8 dot takes no input precision (the constexpr is unused there): the output dtype's, so every
+    # launch passes the one _triton.dot_precision gives for its float operands.
+    precision = dot_precision(kind, out_dtype if a_int8 else torch.float32 if in_float32 else x.dtype)
     fixed = _fixed()
     n_items = triton.cdiv(m, fixed["BLOCK_M"]) * triton.cdiv(n, fixed["BLOCK_N"])
     _int8_linear_kernel.launch(
