@@ -13,26 +13,17 @@ import os
 
 import pytest
 import torch
+from float32_parity import assert_parity, default_dir, float32_run  # noqa: F401 (fixtures)
 from msmodelslim_checkpoint import read_tensors, write_w8a8_checkpoint
 from safetensors.torch import save_file
 from tolerances import INT8_MODEL_VS_FLOAT32_LOGPROB
 
-from qwen_ops import LLM, SamplingParams
+from qwen_ops import LLM
 from qwen_ops.model.engine.engine_config import EngineConfig
 from qwen_ops.model.engine.generate import main
 from qwen_ops.model.loading.config import Qwen35Config
-from qwen_ops.model.loading.default_model import default_model_dir
 from qwen_ops.model.loading.quantization import Int8Weight
 from qwen_ops.model.loading.weights import WeightsError, load_weights
-
-PROMPT = list(range(1000, 1032))
-NEW_TOKENS = 16
-GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0)
-
-
-@pytest.fixture(scope="module")
-def default_dir():
-    return default_model_dir()
 
 
 @pytest.fixture(scope="module")
@@ -43,26 +34,8 @@ def w8a8_dirs(default_dir, tmp_path_factory):
                                           calibration_ids=list(range(100, 164)), deq_scale_int64=True)}
 
 
-@pytest.fixture(scope="module")
-def float32_run(default_dir):
-    llm = LLM(default_dir, num_blocks=64)
-    tokens = llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids
-    sequence = PROMPT + list(tokens)
-    return tokens, sequence, torch.log_softmax(llm.llm_engine.score(sequence), dim=-1), llm.llm_engine.engine_config
-
-
-def _parity(llm, float32_run, scheme):
-    tokens, sequence, ref_logprobs, _ = float32_run
-    out = llm.generate([PROMPT], GREEDY)[0].outputs[0].token_ids
-    assert list(out) == list(tokens), f"{scheme}: greedy tokens differ from float32's"
-    logprobs = torch.log_softmax(llm.llm_engine.score(sequence), dim=-1)
-    chosen = torch.tensor(sequence[1:])[:, None]
-    diff = (logprobs[:-1].gather(1, chosen) - ref_logprobs[:-1].gather(1, chosen)).abs().max().item()
-    assert 0 < diff <= INT8_MODEL_VS_FLOAT32_LOGPROB[scheme], (scheme, diff)  # > 0: INT8 really ran
-
-
 def _int8_weights(llm) -> list[Int8Weight]:
-    """Every Int8Weight the engine's model holds (its layers' attributes, two levels down)."""
+    """Every Int8Weight the engine's model holds (its layers' attributes, a few levels down)."""
     found = []
 
     def walk(value, depth):
@@ -85,13 +58,13 @@ def test_w8a8_checkpoint_generates_like_float32(scheme, w8a8_dirs, float32_run):
     assert len(weights) == 31 and {w.scheme for w in weights} == {scheme}
     assert all(w.weight.dtype == torch.int8 for w in weights)
     assert f"int8 {scheme} (31 projections, quantization=ascend)" in llm.budget_summary()
-    _parity(llm, float32_run, scheme)
+    assert_parity(llm, float32_run, INT8_MODEL_VS_FLOAT32_LOGPROB[scheme], scheme)
 
 
 def test_weight_only_mode_generates_like_float32(default_dir, float32_run):
     llm = LLM(default_dir, num_blocks=64, quantization="int8_weight_only")
     assert {w.scheme for w in _int8_weights(llm)} == {"W8A16"}
-    _parity(llm, float32_run, "W8A16")
+    assert_parity(llm, float32_run, INT8_MODEL_VS_FLOAT32_LOGPROB["W8A16"], "W8A16")
 
 
 def _held_bytes(weights) -> int:
