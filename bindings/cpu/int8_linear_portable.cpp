@@ -1,5 +1,6 @@
 // Portable INT8-weight linear (any CPU, no -m flags): the fallback where AVX-512 VNNI is missing.
 #include "int8_linear_kernels.h"
+#include "portable_dot.h"
 
 namespace qwen_ops::cpu {
 
@@ -17,25 +18,11 @@ void w8a8_linear_portable(const int8_t* x, const float* x_scale, const int8_t* w
   }
 }
 
-namespace {
-// Independent partial sums so the compiler can keep several multiply-adds in flight.
-constexpr int kLanes = 8;
-}  // namespace
-
 void weight_only_int8_linear_portable(const float* x, const int8_t* w, const float* w_scale, const float* bias,
                                       float* out, int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
   for (int64_t n = n_begin; n < n_end; ++n) {
-    const int8_t* wn = w + n * K;
     for (int64_t m = 0; m < M; ++m) {
-      const float* xm = x + m * K;
-      float partial[kLanes] = {};
-      int64_t k = 0;
-      for (; k + kLanes <= K; k += kLanes)
-        for (int l = 0; l < kLanes; ++l) partial[l] += xm[k + l] * static_cast<float>(wn[k + l]);
-      float sum = 0.f;
-      for (int l = 0; l < kLanes; ++l) sum += partial[l];
-      for (; k < K; ++k) sum += xm[k] * static_cast<float>(wn[k]);
-      const float value = sum * w_scale[n];
+      const float value = portable_dot(x + m * K, w + n * K, K) * w_scale[n];
       out[m * N + n] = bias ? value + bias[n] : value;
     }
   }
