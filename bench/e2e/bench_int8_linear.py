@@ -1,6 +1,6 @@
 """The decode-path projections of the Qwen3.5-0.8B shape with INT8 weights against float32 ones, on the CPU.
 
-    python bench/e2e/bench_int8_linear.py [--rows 1,16] [--repeats 7] [--stream-mb 256]
+    python bench/e2e/bench_int8_linear.py [--rows 1,16] [--repeats 7] [--stream-mb 128] [--threads 1]
 
 For each projection shape of the 0.8B model ([N, K]) and each number of rows M, four variants run
 interleaved (A B C D A B C D ..., so a shared machine's load hits them alike) over enough copies of the
@@ -33,7 +33,10 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default="1,16")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--stream-mb", type=int, default=128)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     print(f"threads={torch.get_num_threads()} load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print("| shape [N, K] | M | variant | median ms | weight GB/s | time / float32 |")
