@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ops.int8_linear import int8_linear, quantize_per_token, quantize_static
+from ...ops.int8_linear.reference import dequantize_weight
 from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
 from ..loading.quantization import W8A8, W8A8_DYNAMIC, Int8Weight
 
@@ -48,12 +49,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
     return F.linear(x, weight, bias)
 
 
+# Rows of x up to which a weight-only INT8 projection runs the INT8 kernel; past them the weight is
+# dequantized for the call and the float path runs. The kernel converts each weight tile again for every 4 rows
+# of x: measured (bench/RESULTS.md, "INT8-weight projections"; one thread, loaded machine) 0.56-0.60x of
+# float32's time at M = 1 but 1.7-2.0x at M = 16, and at M = 512 (prefill, mlp gate/up) 358 ms against 157 ms
+# for dequantize + F.linear. W8A8 keeps its kernel at every M (0.79-0.97x of float32 at 16 rows, 101 ms
+# against F.linear's 177 at 512).
+WEIGHT_ONLY_KERNEL_MAX_ROWS = 4
+
+
 def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, K] float -> [T, N] in x's dtype through ``ops.int8_linear``, as the weight's scheme says.
 
     ``W8A8_DYNAMIC``: x quantized per token (``quantize_per_token``); ``W8A8``: x quantized with the layer's
     calibrated scale and zero point (``quantize_static``), the checkpoint's quant_bias added to the int32 sums
-    and its deq_scale applied (the per-row scale is 1); weight-only: x as it is.
+    and its deq_scale applied (the per-row scale is 1); weight-only: x as it is, through the INT8 kernel up to
+    ``WEIGHT_ONLY_KERNEL_MAX_ROWS`` rows, else ``linear`` over the weight dequantized in x's dtype for this call
+    (the same product up to rounding: int8 times its float32 scale, rounded once to x's dtype).
     """
     if weight.scheme == W8A8_DYNAMIC:
         q, token_scale = quantize_per_token(x)
@@ -63,6 +75,8 @@ def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | No
         ones = torch.ones(x.shape[0], dtype=torch.float32, device=x.device)
         return int8_linear(q, weight.weight, weight.weight_scale, x_scale=ones, quant_bias=weight.quant_bias,
                            bias=bias, out_dtype=x.dtype)
+    if x.shape[0] > WEIGHT_ONLY_KERNEL_MAX_ROWS:
+        return linear(x, dequantize_weight(weight.weight, weight.weight_scale).to(x.dtype), bias)
     return int8_linear(x, weight.weight, weight.weight_scale, bias=bias)
 
 

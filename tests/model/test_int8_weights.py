@@ -178,3 +178,22 @@ def test_the_untouched_tiny_checkpoint_loads(static_tiny):
     """The corruption tests' base checkpoint itself loads (so each failure above is its corruption's)."""
     weights, _ = load_weights(static_tiny, Qwen35Config.from_pretrained(static_tiny), torch.float32)
     assert isinstance(weights["layers.3.self_attn.q_proj.weight"], Int8Weight)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 5, 64, 65])
+def test_weight_only_projection_at_every_row_count(rows):
+    """Up to WEIGHT_ONLY_KERNEL_MAX_ROWS rows the INT8 kernel, past them the dequantized float path: both the
+    reference's product (the kernel's float32 sums or F.linear's, INT8_WEIGHT_ONLY_VS_REFERENCE)."""
+    from tolerances import INT8_WEIGHT_ONLY_VS_REFERENCE, tol
+
+    from qwen_ops.model.loading.quantization import weight_only_int8
+    from qwen_ops.model.network.layers import linear
+    from qwen_ops.ops.int8_linear.reference import int8_linear_reference
+
+    g = torch.Generator().manual_seed(rows)
+    w = weight_only_int8(torch.randn(48, 96, generator=g) / 96 ** 0.5)
+    x = torch.randn(rows, 96, generator=g)
+    out = linear(x, w)
+    assert out.shape == (rows, 48) and out.dtype == torch.float32
+    torch.testing.assert_close(out, int8_linear_reference(x, w.weight, w.weight_scale),
+                               **tol(INT8_WEIGHT_ONLY_VS_REFERENCE, torch.float32))
