@@ -35,6 +35,8 @@ void register_causal_conv1d_update(pybind11::module_& m);
 void register_reshape_and_cache(pybind11::module_& m);
 // bindings/cpu/paged_decode_attention_cpu.cpp: decode attention reading the KV blocks in place.
 void register_paged_decode_attention(pybind11::module_& m);
+// bindings/cpu/int8_linear_cpu.cpp: the INT8-weight projections (W8A8 and weight-only).
+void register_int8_linear(pybind11::module_& m);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -48,4 +50,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   qwen_ops::cpu::register_causal_conv1d_update(m);
   qwen_ops::cpu::register_reshape_and_cache(m);
   qwen_ops::cpu::register_paged_decode_attention(m);
+  qwen_ops::cpu::register_int8_linear(m);
 }

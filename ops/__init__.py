@@ -7,6 +7,8 @@ Each op lives in its own folder with its torch reference beside its kernels:
 * ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``
 * ``conv``: ``causal_conv1d_fn``, ``causal_conv1d_update``
 * ``moe``: ``fused_experts`` (the routed experts of a MoE layer)
+* ``int8_linear``: ``int8_linear`` (INT8-weight projections, W8A8 and weight-only), ``quantize_per_token``,
+  ``quantize_static``
 
 Every op takes ``backend=None`` ("torch", "triton", "ascendc"); see
 ``available_backends()`` and ``qwen_ops.ops._backend``. Every op is also
@@ -25,6 +27,7 @@ from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshap
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
 from .gdn import (chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule,  # noqa: F401
                   prepare_chunk_indices)
+from .int8_linear import int8_linear, quantize_per_token, quantize_static  # noqa: F401
 from .moe import fused_experts  # noqa: F401
 
 __all__ = [
@@ -48,4 +51,7 @@ __all__ = [
     "causal_conv1d_fn",
     "causal_conv1d_update",
     "fused_experts",
+    "int8_linear",
+    "quantize_per_token",
+    "quantize_static",
 ]

@@ -74,6 +74,11 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "triton": "gdn.triton_gating:fused_gdn_gating",
         "ascendc": "ascendc_backend:fused_gdn_gating",
     },
+    # INT8-weight projections (W8A8, weight-only); no Ascend C kernel yet.
+    "int8_linear": {
+        "torch": "int8_linear.cpu_kernel:int8_linear",  # tested against int8_linear.reference
+        "triton": "int8_linear.triton:int8_linear",
+    },
     "fused_experts": {
         "torch": "moe.reference:fused_experts",
         "triton": "moe.triton_grouped_gemm:fused_experts",

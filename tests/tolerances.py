@@ -112,3 +112,29 @@ CHUNK_KERNEL_VS_ROUNDING_MODEL = {
     torch.float16: (1e-3, 1e-3),
     torch.bfloat16: (4e-3, 4e-3),
 }
+
+# INT8-weight projections (ops/int8_linear). W8A8: no tolerance at all. The int8 products are summed in
+# int32, which is exact (|sum| <= 128 * 128 * K < 2^31 for K <= 65536), and the four float32 roundings after
+# it (int64 -> float32, * x_scale, * weight_scale, + bias) are the same operations in the same order in the
+# reference, the C++ variants (compiled with -ffp-contract=off, so nothing fuses) and the Triton interpreter,
+# so the outputs are equal bitwise. Weight-only: float32 sums of K products in another order than the
+# reference's matmul (SIMD lanes, tiles), each product exact (an int8 times a float32 fits 32 mantissa bits
+# only after rounding once): relative error a few float32 ulps of sum |x * w|; 2e-5 of an output of order 1
+# (weights scaled by 1/K ** 0.5 in the tests), as SMALL_M_LINEAR.
+INT8_WEIGHT_ONLY_VS_REFERENCE = {
+    torch.float32: (2e-5, 2e-5),
+    torch.bfloat16: (2e-2, 2e-2),  # the same sums, then one bfloat16 rounding of the output
+}
+
+# The engine with INT8 projections against the same checkpoint run in float32, on the tiny default model
+# (tests/model/test_int8_weights.py): teacher-forced logprobs of a 48-token sequence (32 prompt + 16 greedy
+# tokens). Measured max |d logprob| over the sequence's tokens: W8A8_DYNAMIC 0.0097, static W8A8 0.022,
+# weight-only 0.0069 (over the whole vocabulary 0.031, 0.16, 0.020); greedy tokens 16/16 in all three. The
+# bounds leave about 3x: INT8 rounding of weights (and activations) is the error, not float32 rounding.
+INT8_MODEL_VS_FLOAT32_LOGPROB = {"W8A8_DYNAMIC": 0.03, "W8A8": 0.06, "W8A16": 0.02}
+
+# The engine in bfloat16 (weights and activations; projections summed in float32 by torch's CPU GEMM, norms and
+# gates in float32) against float32 on the tiny default model, whose weights are stored in bfloat16 (so only
+# the activations' rounding differs): teacher-forced logprobs as INT8_MODEL_VS_FLOAT32_LOGPROB. Measured max
+# |d logprob| 0.0043 (bfloat16) and 0.0069 (bfloat16 with weight-only INT8); greedy tokens 16/16. Bounds ~3-4x.
+BF16_MODEL_VS_FLOAT32_LOGPROB = {"bfloat16": 0.02, "bfloat16+int8_weight_only": 0.03}

@@ -39,6 +39,8 @@ SHAPE_NAMES = ("qwen3.5", "qwen3.5-0.8b")
 DTYPES = (torch.bfloat16, torch.float16)
 # Qwen3.5-35B-A3B's routed experts (tests/triton/test_moe_triton.py, bench/kernels/test_moe_bench.py).
 MOE_SHAPE = dict(hidden=2048, intermediate=512, experts=256, top_k=8)
+# An INT8 projection of Qwen3.5-0.8B's shape: hidden 1024 in, its MLP's 3584 out.
+INT8_LINEAR_SHAPE = dict(hidden=1024, out=3584)
 # Programs of a persistent grid: an H200 has 132 SMs (the split-KV choice of decode depends on it);
 # Ascend as in _triton.ASCEND_FALLBACK_VECTOR_CORES (a 910B).
 H200_SMS = 132
@@ -228,6 +230,21 @@ def _moe(draw, _s, dtype):
     yield "35B-A3B experts, 5 tokens"
 
 
+def _int8_linear(draw, _s, dtype):
+    m, k, n = 5, INT8_LINEAR_SHAPE["hidden"], INT8_LINEAR_SHAPE["out"]
+    # Never read on the host: the int8 weight stays untouched memory.
+    weight, scale = torch.empty(n, k, dtype=torch.int8), torch.ones(n)
+    x = draw.randn(m, k, dtype=dtype)
+    q, token_scale = ops.quantize_per_token(x)
+    ops.int8_linear(q, weight, scale, x_scale=token_scale, out_dtype=dtype, backend="triton")
+    yield "W8A8_DYNAMIC (per-token scales)"
+    ops.int8_linear(q, weight, scale, x_scale=torch.ones(m), quant_bias=torch.zeros(n, dtype=torch.int32),
+                    out_dtype=dtype, backend="triton")
+    yield "W8A8 (static, quant_bias)"
+    ops.int8_linear(x, weight, scale, backend="triton")
+    yield "weight-only"
+
+
 # op -> (scenario, shape names it runs at): the MoE shape does not come from SHAPES.
 SCENARIOS = {
     "reshape_and_cache": (_cache_write, SHAPE_NAMES),
@@ -240,6 +257,7 @@ SCENARIOS = {
     "causal_conv1d_fn": (_conv_fn, SHAPE_NAMES),
     "causal_conv1d_update": (_conv_update, SHAPE_NAMES),
     "fused_experts": (_moe, ("qwen3.5-35b-a3b",)),
+    "int8_linear": (_int8_linear, ("qwen3.5-0.8b",)),
 }
 
 

@@ -37,6 +37,16 @@ Isa best_isa() {
   return best;
 }
 
+bool cpu_has_avx512_vnni() {
+#if defined(QWEN_OPS_X86_KERNELS)
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAvx2:

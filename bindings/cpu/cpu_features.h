@@ -13,6 +13,8 @@ Isa best_isa();
 // Every variant this CPU can run, narrowest first (tests run each one).
 std::vector<Isa> supported_isas();
 const char* isa_name(Isa isa);
+// AVX-512 F, BW, VL and VNNI (vpdpbusd), in an x86 build: what the INT8 linear kernels' SIMD variant needs.
+bool cpu_has_avx512_vnni();
 // "portable" / "avx2" / "avx512" -> Isa; TORCH_CHECK-fails on any other name or one the CPU lacks.
 Isa isa_from_name(const std::string& op, const std::string& name);
 

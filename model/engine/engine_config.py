@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
 from ...scheduling import SchedulerConfig, default_batch_limits
 from ..loading.config import Qwen35Config
+from ..loading.weights import int8_schemes
 from ..network.backends import refuse_unserved_shapes
 from ..network.kv_cache_groups import num_gdn_groups
 from ..network.mtp import count_mtp_layers
@@ -75,6 +76,11 @@ class EngineConfig:
     enforce_eager_reason: str = "given"
     compile_backend: str = "inductor"
     max_capture_size: int = 1
+    # INT8 projections (``loading/quantization.py``): the method given or found (None, "ascend",
+    # "int8_weight_only"), each INT8 weight's scheme by name, and the bytes the weights take with them.
+    quantization: str | None = None
+    int8_schemes: dict = field(default_factory=dict)
+    weight_bytes: int = 0
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -94,7 +100,8 @@ class EngineConfig:
                   long_prefill_token_threshold: int = 0,
                   calibration_prompts: Sequence[str | list[int]] | None = None,
                   speculative_config=None, enforce_eager: bool | None = None,
-                  compile_backend: str | None = None, max_capture_size: int | None = None) -> "EngineConfig":
+                  compile_backend: str | None = None, max_capture_size: int | None = None,
+                  quantization: str | None = None) -> "EngineConfig":
         """Check and resolve ``LLMEngine``'s arguments (the same names and defaults)."""
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ValueError(f"LLM(dtype=...) must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -133,6 +140,11 @@ class EngineConfig:
             raise ValueError(f"LLM(max_model_len={max_model_len}) exceeds the model's max_position_embeddings="
                              f"{config.max_position_embeddings} (config.json)")
 
+        schemes = int8_schemes(model_dir, config, quantization)  # checks the argument and the description
+        quantization = ("int8_weight_only" if quantization == "int8_weight_only" else
+                        "ascend" if schemes else None)
+        weights_bytes = weight_bytes(config, torch_dtype, schemes)
+
         memory_gib, device_name = device_memory(device)
         default_tokens, default_seqs = default_batch_limits(memory_gib, device_name, "offline")
         if max_num_batched_tokens is None:
@@ -141,7 +153,7 @@ class EngineConfig:
             max_num_seqs = min(default_seqs, max_num_batched_tokens)
         if kv_cache_memory_gib is None:
             # What the text weights will take (``weight_bytes``: exactly the tensors ``load_weights`` keeps).
-            kv_cache_memory_gib = default_kv_cache_gib(device, memory_gib, weight_bytes(config, torch_dtype) / 2**30)
+            kv_cache_memory_gib = default_kv_cache_gib(device, memory_gib, weights_bytes / 2**30)
         if isinstance(kv_cache_memory_gib, bool) or not isinstance(kv_cache_memory_gib, (int, float)) \
                 or not kv_cache_memory_gib > 0:
             raise ValueError(f"LLM(kv_cache_memory_gib=...) must be a number > 0, got {kv_cache_memory_gib!r}")
@@ -197,7 +209,8 @@ class EngineConfig:
                    kv_cache_memory_gib=kv_cache_memory_gib, plan=plan, scheduler_config=scheduler_config,
                    calibration_prompts=calibration_prompts, enforce_eager=enforce_eager,
                    enforce_eager_reason=eager_reason, compile_backend=compile_backend,
-                   max_capture_size=max_capture_size or max_num_batched_tokens + plan.max_num_seqs)
+                   max_capture_size=max_capture_size or max_num_batched_tokens + plan.max_num_seqs,
+                   quantization=quantization, int8_schemes=schemes, weight_bytes=weights_bytes)
 
     def describe(self) -> str:
         """One line with the limits and memory in use (the engine's ``budget_summary()``)."""
@@ -209,7 +222,16 @@ class EngineConfig:
                 f"{self.block_size_reason} num_blocks={c.num_blocks} "
                 f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_states=in_pool_pages{rows} "
                 f"({p.state_bytes / 2**20:.1f} MiB) prefix_caching={'on' if c.enable_prefix_caching else 'off'} "
-                f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device} {self.describe_graph_mode()}")
+                f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device} {self.describe_weights()} "
+                f"{self.describe_graph_mode()}")
+
+    def describe_weights(self) -> str:
+        """``weights=<dtype>[+int8 <schemes> (n projections)] (MiB)``: what the weights take (INT8 ones counted small)."""
+        kind = str(self.dtype).replace("torch.", "")
+        if self.int8_schemes:
+            names = "/".join(sorted(set(self.int8_schemes.values())))
+            kind += f"+int8 {names} ({len(self.int8_schemes)} projections, quantization={self.quantization})"
+        return f"weights={kind} ({self.weight_bytes / 2**20:.1f} MiB)"
 
     def describe_graph_mode(self) -> str:
         """``enforce_eager=...`` with why, and the compile settings when graphs run."""

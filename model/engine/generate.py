@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-eos", action="store_true", help="keep generating after the end-of-sequence token")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "int8"])
+    p.add_argument("--quantization", default=None, choices=["ascend", "int8_weight_only"],
+                   help="INT8 projections: msModelSlim W8A8 checkpoints ('ascend'; found by default when the "
+                        "checkpoint has quant_model_description.json) or per-channel INT8 of a float checkpoint")
     p.add_argument("--block-size", type=int, default=16,
                    help="requested KV block size; raised until an attention page holds a GDN page (vLLM's rule)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
@@ -126,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                   max_num_seqs=args.max_num_seqs, backend=args.backend, seed=args.seed,
                   max_model_len=args.max_model_len, device=args.device,
                   kv_cache_memory_gib=args.kv_cache_memory_gib, enable_prefix_caching=args.enable_prefix_caching,
-                  speculative_config=speculative_config_from_cli(args.speculative_tokens))
+                  speculative_config=speculative_config_from_cli(args.speculative_tokens),
+                  quantization=args.quantization)
         _ = llm.tokenizer  # load (or build once) before timing generation
     except USER_ERRORS as exc:
         return _fail(exc)

@@ -120,6 +120,11 @@ class LLMEngine:
             ``draft_sample_method``), logprobs, any prompt length, either KV cache dtype (an int8 one
             calibrates the MTP layers' scales), with or without prefix caching. Statistics in
             ``RequestOutput.metrics`` (``spec_*``).
+        quantization: INT8 projections (``loading/quantization.py``): None (default) loads msModelSlim's W8A8 /
+            W8A8_DYNAMIC checkpoints when the directory has its ``quant_model_description.json`` (vllm-ascend's
+            ``"ascend"``) and float weights otherwise; ``"ascend"`` requires that file; ``"int8_weight_only"``
+            quantizes a float checkpoint's projections per output channel at load (activations stay float).
+            ``budget_summary()`` says which and counts the INT8 weights' bytes.
     """
 
     def __init__(self, model: str | os.PathLike | EngineConfig | None = None, *args, **kwargs):
@@ -138,7 +143,8 @@ class LLMEngine:
         self.max_model_len, self.plan, self.kv_cache_memory_gib = c.max_model_len, c.plan, c.kv_cache_memory_gib
         self.scheduler_config = c.scheduler_config
 
-        weights, checkpoint_scales = load_weights(self.model_dir, self.config, self.dtype, self.device)
+        weights, checkpoint_scales = load_weights(self.model_dir, self.config, self.dtype, self.device,
+                                                  c.quantization)
         self.model = Qwen35ForCausalLM(self.config, weights, self.backend, checkpoint_scales)
         self.model_runner = ModelRunner(self.model, self.config, self.device, self.backend)
         if self.speculative_config is not None:  # the MTP drafter, loaded into the model runner

@@ -27,6 +27,9 @@ import re
 import torch
 
 from .config import Qwen35Config
+from .quantization import (ALL_SCHEME_TENSORS, INT8_WEIGHT_ONLY, SCHEME_TENSORS, WEIGHT_ONLY, Int8Weight,
+                           QuantizationError, check_quantizable, msmodelslim_weight, quantizable_names,
+                           quantized_schemes, resolve_quantization, weight_only_int8)
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -40,6 +43,36 @@ PER_EXPERT_PATTERN = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|
 
 class WeightsError(ValueError):
     """A checkpoint that does not hold exactly the tensors the config describes."""
+
+
+def int8_schemes(model_dir: str, config: Qwen35Config, quantization: str | None) -> dict[str, str]:
+    """Text-model weight name -> its INT8 scheme (``W8A8``, ``W8A8_DYNAMIC``, ``W8A16``) for ``quantization``
+    (None: msModelSlim's description if the checkpoint has one; see ``quantization.resolve_quantization``).
+    Read from the description file and the config alone (no tensor), so the memory plan can count the weights."""
+    method, description = resolve_quantization(os.fspath(model_dir), quantization)
+    allowed = quantizable_names(config, expected_shapes(config))
+    if method == INT8_WEIGHT_ONLY:
+        return {name: WEIGHT_ONLY for name in allowed}
+    if description is None:
+        return {}
+    text_names = {c: text_model_name(c, config.multimodal) for c in description}
+    by_text = {n: c for c, n in text_names.items() if n is not None}
+    try:
+        schemes = quantized_schemes(description, {c: n for c, n in text_names.items() if n is not None})
+        check_quantizable(schemes, allowed, lambda name: by_text.get(name, name))
+    except QuantizationError as exc:
+        raise WeightsError(str(exc)) from exc
+    return schemes
+
+
+def _scheme_part(name: str, schemes: dict[str, str]) -> tuple[str, str] | None:
+    """(weight name, suffix) when ``name`` is one of the scale tensors of a quantized projection, else None."""
+    prefix, _, suffix = name.rpartition(".")
+    if suffix not in ALL_SCHEME_TENSORS:
+        return None
+    weight = prefix + ".weight"
+    scheme = schemes.get(weight)
+    return (weight, suffix) if scheme is not None and suffix in SCHEME_TENSORS.get(scheme, ()) else None
 
 
 def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
@@ -200,16 +233,24 @@ def _check_expert_pieces(model_dir: str, config: Qwen35Config, pieces: dict[str,
 
 
 def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
-                 device: torch.device | str = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+                 device: torch.device | str = "cpu", quantization: str | None = None,
+                 ) -> tuple[dict[str, torch.Tensor | Int8Weight], dict[str, torch.Tensor]]:
     """Read every tensor the text model needs, checked and cast to ``dtype``.
 
     Returns ``(weights, kv_cache_scales)``: weights by text-model name (see
     ``expected_shapes``); the optional msModelSlim KV scales by their text-model
     name, as float32. ``A_log``, ``dt_bias`` stay float32 (the gates are computed
-    in float32 as in transformers).
+    in float32 as in transformers). ``quantization`` (``int8_schemes``): the INT8
+    projections are ``Int8Weight``s instead of float tensors: read from msModelSlim's
+    W8A8 layout (every scale checked, a bad or missing one a ``WeightsError`` naming
+    it), or quantized per channel from the float weights (``"int8_weight_only"``).
     """
     model_dir = os.fspath(model_dir)
     shapes = expected_shapes(config)
+    schemes = int8_schemes(model_dir, config, quantization)
+    weight_only = bool(schemes) and all(s == WEIGHT_ONLY for s in schemes.values())
+    stored_int8 = {} if weight_only else schemes  # the projections the checkpoint holds in int8
+    int8_parts: dict[str, dict[str, torch.Tensor]] = {name: {} for name in stored_int8}
     files = checkpoint_files(model_dir)
     by_file: dict[str, list[tuple[str, str]]] = {}
     unexpected = []
@@ -224,14 +265,14 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
         target = _per_expert_target(config, name)
         if target is not None:
             pieces.setdefault(target[0], set()).add((target[1], target[2].start))
-        elif name not in shapes and not KV_SCALE_PATTERN.match(name):
+        elif name not in shapes and not KV_SCALE_PATTERN.match(name) and _scheme_part(name, stored_int8) is None:
             unexpected.append(ckpt_name)
             continue
         by_file.setdefault(path, []).append((ckpt_name, name))
     if unexpected:
         raise WeightsError(f"checkpoint in {model_dir!r} has {len(unexpected)} unexpected tensor(s) for this "
                            f"config, e.g. {sorted(unexpected)[:5]}")
-    found = {name for pairs in by_file.values() for _, name in pairs}
+    found = {name for pairs in by_file.values() for _, name in pairs if _scheme_part(name, stored_int8) is None}
     fused = _check_expert_pieces(model_dir, config, pieces, found)
     missing = sorted(set(shapes) - found - set(fused))
     if missing:
@@ -253,6 +294,11 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                 if KV_SCALE_PATTERN.match(name):
                     scales[name] = t.to(device=device, dtype=torch.float32)
                     continue
+                part = _scheme_part(name, stored_int8)
+                if part is not None or name in stored_int8:
+                    weight_name, suffix = part or (name, "weight")
+                    int8_parts[weight_name][suffix] = t
+                    continue
                 target = _per_expert_target(config, name)
                 if target is not None:
                     fused_name, expert, rows, shape = target
@@ -269,4 +315,19 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
                 if not t.is_floating_point():
                     raise WeightsError(f"tensor {ckpt_name!r} in {path!r} has dtype {t.dtype}, expected a float")
                 weights[name] = t.to(device=device, dtype=stored_dtype(name, dtype))
+    try:
+        for name, parts in int8_parts.items():
+            weights[name] = msmodelslim_weight(_checkpoint_prefix(name, config), stored_int8[name], parts,
+                                               shapes[name], device)
+    except QuantizationError as exc:
+        raise WeightsError(f"checkpoint in {model_dir!r}: {exc}") from exc
+    if weight_only:
+        for name in schemes:
+            weights[name] = weight_only_int8(weights[name])
     return weights, scales
+
+
+def _checkpoint_prefix(name: str, config: Qwen35Config) -> str:
+    """A text-model weight name back to its checkpoint name, without ``.weight`` (for the messages)."""
+    prefix = "model.language_model." if config.multimodal else "model."
+    return prefix + name[:-len(".weight")]

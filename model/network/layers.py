@@ -10,7 +10,10 @@ import os
 import torch
 import torch.nn.functional as F
 
+from ...ops.int8_linear import int8_linear, quantize_per_token, quantize_static
+from ...ops.int8_linear.reference import dequantize_weight
 from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
+from ..loading.quantization import W8A8, W8A8_DYNAMIC, Int8Weight
 
 # QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
 SMALL_M_LINEAR_ENV = "QWEN_OPS_SMALL_M_LINEAR"
@@ -28,20 +31,53 @@ def set_small_m_linear(enabled: bool) -> bool:
     return previous
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``; x: [T, K], weight: [N, K], bias: [N] or None -> [T, N].
+def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``; x: [T, K], weight: [N, K] (or an ``Int8Weight``), bias: [N] or None -> [T, N].
 
-    On the CPU in float32 with at most ``SMALL_M_MAX_ROWS`` rows (decode steps) and contiguous
+    An ``Int8Weight`` runs ``int8_projection``. On the CPU in float32 with at most ``SMALL_M_MAX_ROWS`` rows (decode steps) and contiguous
     operands it runs ``torch.ops.qwen_ops.small_m_linear``, which streams the weight at the
     machine's bandwidth where MKL's small-M sgemm does not; the result equals F.linear's up to the
     order of the float32 sums over K. Everything else (prefill, other dtypes and devices) is F.linear.
     """
+    if isinstance(weight, Int8Weight):
+        return int8_projection(x, weight, bias)
     if (_small_m_linear_on and x.device.type == "cpu" and x.dim() == 2 and x.shape[0] <= SMALL_M_MAX_ROWS
             and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.is_contiguous()
             and weight.is_contiguous()
             and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
         return torch.ops.qwen_ops.small_m_linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+# Rows of x up to which a weight-only INT8 projection runs the INT8 kernel; past them the weight is
+# dequantized for the call and the float path runs. The kernel converts each weight tile again for every 4 rows
+# of x: measured (bench/RESULTS.md, "INT8-weight projections"; one thread, loaded machine) 0.56-0.60x of
+# float32's time at M = 1 but 1.7-2.0x at M = 16, and at M = 512 (prefill, mlp gate/up) 358 ms against 157 ms
+# for dequantize + F.linear. W8A8 keeps its kernel at every M (0.79-0.97x of float32 at 16 rows, 101 ms
+# against F.linear's 177 at 512).
+WEIGHT_ONLY_KERNEL_MAX_ROWS = 4
+
+
+def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, K] float -> [T, N] in x's dtype through ``ops.int8_linear``, as the weight's scheme says.
+
+    ``W8A8_DYNAMIC``: x quantized per token (``quantize_per_token``); ``W8A8``: x quantized with the layer's
+    calibrated scale and zero point (``quantize_static``), the checkpoint's quant_bias added to the int32 sums
+    and its deq_scale applied (the per-row scale is 1); weight-only: x as it is, through the INT8 kernel up to
+    ``WEIGHT_ONLY_KERNEL_MAX_ROWS`` rows, else ``linear`` over the weight dequantized in x's dtype for this call
+    (the same product up to rounding: int8 times its float32 scale, rounded once to x's dtype).
+    """
+    if weight.scheme == W8A8_DYNAMIC:
+        q, token_scale = quantize_per_token(x)
+        return int8_linear(q, weight.weight, weight.weight_scale, x_scale=token_scale, bias=bias, out_dtype=x.dtype)
+    if weight.scheme == W8A8:
+        q = quantize_static(x, weight.input_scale, weight.input_offset)
+        ones = torch.ones(x.shape[0], dtype=torch.float32, device=x.device)
+        return int8_linear(q, weight.weight, weight.weight_scale, x_scale=ones, quant_bias=weight.quant_bias,
+                           bias=bias, out_dtype=x.dtype)
+    if x.shape[0] > WEIGHT_ONLY_KERNEL_MAX_ROWS:
+        return linear(x, dequantize_weight(weight.weight, weight.weight_scale).to(x.dtype), bias)
+    return int8_linear(x, weight.weight, weight.weight_scale, bias=bias)
 
 
 def rms_norm_zero_centred(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

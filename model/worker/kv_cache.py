@@ -35,6 +35,7 @@ import torch
 
 from ...scheduling import hybrid_block_size
 from ..loading.config import Qwen35Config
+from ..loading.quantization import int8_weight_bytes
 from ..loading.weights import expected_shapes, stored_dtype
 from ..network.kv_cache_groups import gdn_layer_groups
 
@@ -121,12 +122,18 @@ def bytes_per_pool_block(config: Qwen35Config, block_size: int, kv_dtype: torch.
         + _gdn_pool_sets(config) * gdn_page_bytes(config, dtype)
 
 
-def weight_bytes(config: Qwen35Config, dtype: torch.dtype) -> int:
+def weight_bytes(config: Qwen35Config, dtype: torch.dtype, int8_schemes: dict[str, str] | None = None) -> int:
     """Bytes of the loaded text model's weights in ``dtype``: every tensor ``expected_shapes`` lists,
     so a MoE model's router, all its experts (fused [E, 2I, H] and [E, H, I] per layer) and its shared
-    experts are counted. The memory left for caches on an accelerator is what the weights leave."""
+    experts are counted. The memory left for caches on an accelerator is what the weights leave.
+    ``int8_schemes`` (``loading.weights.int8_schemes``): the projections kept as INT8 count their int8
+    weight and float32 scales (``quantization.int8_weight_bytes``) instead."""
     total = 0
+    int8_schemes = int8_schemes or {}
     for name, shape in expected_shapes(config).items():
+        if name in int8_schemes:
+            total += int8_weight_bytes(shape, int8_schemes[name])
+            continue
         numel = 1
         for n in shape:
             numel *= n

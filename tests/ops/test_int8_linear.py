@@ -1,0 +1,184 @@
+"""``int8_linear`` (ops/int8_linear): the reference's meaning, the C++ variants, the op, bad input, tracing.
+
+W8A8 outputs are compared bitwise (tests/tolerances.py INT8_WEIGHT_ONLY_VS_REFERENCE says why there is no
+tolerance): every variant this CPU runs (``qwen_ops._C.int8_linear_variants()``: portable, and AVX-512 VNNI
+where the CPU has it) over the sizes where a SIMD kernel goes wrong: M = 1..9 and 17 (tiles of 4 rows of x and
+their remainders), N not a multiple of 4 or 16 (short tiles, thread units), K around 64 (the masked K tail).
+The Triton kernel has its own file (tests/triton/test_int8_linear_triton.py).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qwen_ops.ops import int8_linear, quantize_per_token, quantize_static
+from qwen_ops.ops.int8_linear import MAX_K
+from qwen_ops.ops.int8_linear.reference import dequantize_weight, int8_linear_reference
+from tests.tolerances import INT8_WEIGHT_ONLY_VS_REFERENCE, tol
+
+try:
+    from qwen_ops import _C
+except ImportError:  # pragma: no cover - a pure-Python install has no CPU kernels; the reference still runs
+    _C = None
+
+HAS_KERNELS = _C is not None and hasattr(_C, "int8_linear_variants")
+VARIANTS = _C.int8_linear_variants() if HAS_KERNELS else []
+needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)")
+SIZES = ([(m, n, k) for m in (1, 2, 3, 4, 5, 7, 9, 17) for n, k in ((1, 1), (5, 7), (17, 64), (33, 65))]
+         + [(1, 3, 1027), (6, 40, 130), (64, 16, 63), (2, 1, 4096)])
+
+
+def operands(m, n, k, *, seed=0, bias=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g)
+    w = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    ws = (torch.rand(n, generator=g) + 0.5) / (127 * k ** 0.5)  # outputs of order 1
+    qb = torch.randint(-5000, 5000, (n,), generator=g, dtype=torch.int32)
+    b = torch.randn(n, generator=g) if bias else None
+    return x, w, ws, qb, b
+
+
+def test_the_built_extension_has_the_kernels():
+    if _C is None:
+        pytest.skip("qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)")
+    assert HAS_KERNELS, "qwen_ops._C is built but lacks the int8_linear kernels"
+    assert VARIANTS[0] == "portable" and set(VARIANTS) <= {"portable", "avx512_vnni"}
+
+
+def test_reference_means_the_dequantized_product():
+    """W8A8: the reference equals float64 (x_q * x_scale) @ (w_q * w_scale)^T + quant_bias's share, to float32."""
+    x, w, ws, qb, b = operands(5, 33, 130)
+    xq, xs = quantize_per_token(x)
+    ref = int8_linear_reference(xq, w, ws, xs, qb, b)
+    exact = ((xq.double() @ w.double().T + qb.double()) * xs.double()[:, None] * ws.double() + b.double())
+    torch.testing.assert_close(ref.double(), exact, atol=1e-5, rtol=1e-6)
+    # Weight-only: x against the float weight the int8 one stands for.
+    ref_wo = int8_linear_reference(x, w, ws, bias=b)
+    torch.testing.assert_close(ref_wo.double(), x.double() @ dequantize_weight(w, ws).double().T + b.double(),
+                               atol=1e-5, rtol=1e-5)
+
+
+@needs_kernels
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m,n,k", SIZES)
+def test_w8a8_kernel_is_bitwise_the_reference(variant, m, n, k):
+    x, w, ws, qb, b = operands(m, n, k, seed=m * 1000 + n + k)
+    xq, xs = quantize_per_token(x)
+    for quant_bias, bias in ((qb, b), (None, None)):
+        out = _C.w8a8_linear_cpu(xq, xs, w, ws, quant_bias, bias, variant)
+        assert torch.equal(out, int8_linear_reference(xq, w, ws, xs, quant_bias, bias)), (variant, m, n, k)
+
+
+@needs_kernels
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_w8a8_kernel_extremes_are_exact(variant):
+    """All -128 operands at K = 4096: sums of 2^26 (past float32's 2^24, so the one rounding shows) stay exact."""
+    m, n, k = 3, 20, 4096
+    xq = torch.full((m, k), -128, dtype=torch.int8)
+    w = torch.full((n, k), -128, dtype=torch.int8)
+    w[1::2, ::3] = 127
+    xs, ws = torch.ones(m), torch.ones(n)
+    out = _C.w8a8_linear_cpu(xq, xs, w, ws, None, None, variant)
+    assert torch.equal(out, int8_linear_reference(xq, w, ws, xs))
+    assert out[0, 0].item() == float(128 * 128 * k)
+
+
+@needs_kernels
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m,n,k", SIZES)
+def test_weight_only_kernel_matches_the_reference(variant, m, n, k):
+    x, w, ws, _, b = operands(m, n, k, seed=m + n * 7 + k)
+    out = _C.weight_only_int8_linear_cpu(x, w, ws, b, variant)
+    torch.testing.assert_close(out, int8_linear_reference(x, w, ws, bias=b), **tol(INT8_WEIGHT_ONLY_VS_REFERENCE,
+                                                                                    torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_op_weight_only_in_the_activation_dtype(dtype):
+    x, w, ws, _, b = operands(4, 24, 96)
+    x = x.to(dtype)
+    out = int8_linear(x, w, ws, bias=b)
+    assert out.dtype == dtype and out.shape == (4, 24)
+    torch.testing.assert_close(out, int8_linear_reference(x, w, ws, bias=b), **tol(INT8_WEIGHT_ONLY_VS_REFERENCE, dtype))
+
+
+def test_op_w8a8_static_and_dynamic():
+    x, w, ws, qb, b = operands(6, 24, 96)
+    xq, xs = quantize_per_token(x)
+    assert torch.equal(int8_linear(xq, w, ws, x_scale=xs, bias=b),
+                       int8_linear_reference(xq, w, ws, xs, None, b))
+    q = quantize_static(x, torch.tensor([0.02]), torch.tensor([3.0]))
+    ones = torch.ones(6)
+    out = int8_linear(q, w, ws, x_scale=ones, quant_bias=qb, out_dtype=torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, int8_linear_reference(q, w, ws, ones, qb, None, torch.bfloat16))
+    # Strided int8 weight (a column slice): same answer as its contiguous copy.
+    wide = torch.cat([w, w], dim=1)[:, :96]
+    assert torch.equal(int8_linear(xq, wide, ws, x_scale=xs), int8_linear(xq, w, ws, x_scale=xs))
+
+
+def test_quantize_per_token():
+    x = torch.randn(5, 40) * torch.tensor([1.0, 10.0, 0.01, 3.0, 0.0])[:, None]
+    q, s = quantize_per_token(x)
+    assert q.dtype == torch.int8 and s.dtype == torch.float32
+    assert torch.equal(s[4], torch.tensor(1.0)) and not q[4].any()  # an all-zero row: zeros, scale 1
+    assert (q[:4].abs().amax(dim=1) == 127).all()
+    assert ((q.float() * s[:, None] - x).abs() <= s[:, None] / 2 * (1 + 1e-6)).all()
+
+
+def test_quantize_static_rounds_and_clamps():
+    x = torch.tensor([[0.0, 0.5, -0.5, 1e3, -1e3, 0.875, 1.125]])
+    q = quantize_static(x, torch.tensor([0.25]), torch.tensor([-3.0]))
+    # 0.875 / 0.25 - 3 = 0.5 and 1.125 / 0.25 - 3 = 1.5 round half to even: 0 and 2.
+    assert q.tolist() == [[-3, -1, -5, 127, -128, 0, 2]]
+
+
+@pytest.mark.parametrize("case,error,words", [
+    ("float weight", TypeError, "'weight'"),
+    ("no x_scale", ValueError, "'x_scale'"),
+    ("x_scale for float x", ValueError, "'x_scale'"),
+    ("wrong K", ValueError, "'weight'"),
+    ("scale shape", ValueError, "'weight_scale'"),
+    ("quant_bias dtype", TypeError, "'quant_bias'"),
+    ("K too large", ValueError, f"K <= {MAX_K}"),
+])
+def test_bad_input_names_the_argument(case, error, words):
+    x, w, ws, qb, _ = operands(2, 8, 16)
+    xq, xs = quantize_per_token(x)
+    calls = {
+        "float weight": lambda: int8_linear(x, w.float(), ws),
+        "no x_scale": lambda: int8_linear(xq, w, ws),
+        "x_scale for float x": lambda: int8_linear(x, w, ws, x_scale=xs),
+        "wrong K": lambda: int8_linear(x[:, :15], w, ws),
+        "scale shape": lambda: int8_linear(x, w, ws[:7]),
+        "quant_bias dtype": lambda: int8_linear(xq, w, ws, x_scale=xs, quant_bias=qb.float()),
+        "K too large": lambda: int8_linear(torch.zeros(1, MAX_K + 1, dtype=torch.int8), torch.zeros(1, MAX_K + 1,
+                                           dtype=torch.int8), torch.ones(1), x_scale=torch.ones(1)),
+    }
+    with pytest.raises(error, match=words):
+        calls[case]()
+
+
+@needs_kernels
+def test_cpp_checks_name_the_argument():
+    x, w, ws, qb, _ = operands(2, 8, 16)
+    xq, xs = quantize_per_token(x)
+    with pytest.raises(RuntimeError, match="'x_scale'"):
+        _C.w8a8_linear_cpu(xq, xs[:1], w, ws, None, None)
+    with pytest.raises(RuntimeError, match="'weight'"):
+        _C.weight_only_int8_linear_cpu(x, w[:, :8].contiguous(), ws, None)
+    with pytest.raises(RuntimeError, match="'quant_bias'"):
+        _C.w8a8_linear_cpu(xq, xs, w, ws, qb[:3], None)
+    with pytest.raises(RuntimeError, match="'variant'"):
+        _C.w8a8_linear_cpu(xq, xs, w, ws, None, None, "avx9")
+
+
+def test_torch_compile_traces_the_op():
+    x, w, ws, qb, b = operands(3, 16, 32)
+
+    def projection(x):
+        q, s = quantize_per_token(x)
+        return int8_linear(q, w, ws, x_scale=s, bias=b) + int8_linear(x, w, ws)
+
+    compiled = torch.compile(projection, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), projection(x), atol=0, rtol=0)
