@@ -58,9 +58,12 @@ def reference_backend(op: str):
         table["torch"] = saved
 
 
-def backends_of(op: str) -> list[str]:
-    """The backends that implement ``op`` and serve CPU tensors here (``torch`` is the CPU fast form)."""
-    return [b for b in ops.available_backends() if b in IMPLEMENTATIONS[op] and _can_serve(b, CPU) is None]
+def backends_of(name: str) -> list[str]:
+    """The backends that implement case ``name`` (an op, or op/form) and serve CPU tensors here (``torch`` is
+    the CPU fast form)."""
+    op = name.split("/")[0]
+    return [b for b in ops.available_backends() if b in IMPLEMENTATIONS[op] and _can_serve(b, CPU) is None
+            and not (name in SPEC_FORMS and b == "ascendc")]
 
 
 @dataclass
@@ -291,7 +294,58 @@ def experts_cases(draw, small=False):
     return Case("fused_experts", call, (), dtype, params)
 
 
-# op -> (public function, strategy factory taking small=)
+# ----------------------------------------------------------------------------- speculative decoding
+
+def _spec_rows(draw, gen):
+    """The spec-decode state metadata: [N, W = 1 + k] distinct pool rows (a row of all -1 is padding),
+    L_r tokens per request (1..W; 0 for padding) and num_accepted_tokens (1..W)."""
+    n, width = draw(st.integers(1, 3)), 1 + draw(st.integers(1, 3))
+    rows = n * width + draw(st.integers(0, 3))
+    table = gen.randperm(rows, dtype=I32)[: n * width].view(n, width).clone()
+    padded = _subset_index(draw, n)
+    table[padded] = -1
+    lengths = [0 if r in padded else draw(st.integers(1, width)) for r in range(n)]
+    accepted = [1 if r in padded else draw(st.integers(1, width)) for r in range(n)]
+    return dict(n=n, width=width, rows=rows, padded=padded, lengths=lengths, accepted=accepted), table
+
+
+@st.composite
+def spec_recurrent_cases(draw, small=False):
+    """``fused_recurrent_gated_delta_rule`` with ``num_accepted_tokens``: a pool row per token of the step."""
+    gen = _seed(draw)
+    params, table = _spec_rows(draw, gen)
+    hk = draw(st.integers(1, 2))
+    hv, dk, dv = hk * draw(st.sampled_from([1, 2])), draw(st.sampled_from([16, 32])), draw(st.sampled_from([16, 32]))
+    l2norm = draw(st.booleans())
+    params.update(hk=hk, hv=hv, dk=dk, dv=dv, l2norm=l2norm)
+    q, k, v, g, beta = gdn_inputs(gen, batch=1, tokens=sum(params["lengths"]), hk=hk, hv=hv, dk=dk, dv=dv,
+                                  l2norm_in_kernel=l2norm)
+    call = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=state_pool(gen, params["rows"], hv, dk, dv),
+                output_final_state=True, cu_seqlens=offsets(params["lengths"]), ssm_state_indices=table,
+                num_accepted_tokens=torch.tensor(params["accepted"], dtype=I32), use_qk_l2norm_in_kernel=l2norm)
+    return Case("fused_recurrent_gated_delta_rule", call, ("initial_state",), F32, params)
+
+
+@st.composite
+def spec_conv_update_cases(draw, small=False):
+    """``causal_conv1d_update`` with ``query_start_loc`` and ``num_accepted_tokens``: a state row per token."""
+    gen = _seed(draw)
+    params, table = _spec_rows(draw, gen)
+    p = _conv_common(draw, small)
+    params.update(p)
+    call = conv_update_call(gen, p["channels"], p["width"], p["dtype"], pool_rows=params["rows"],
+                            cache_indices=[0] * sum(params["lengths"]), pool_dtype=p["pool_dtype"], bias=p["bias"],
+                            index_dtype=p["index_dtype"])
+    call.update(cache_indices=table.to(p["index_dtype"]), activation=p["activation"],
+                query_start_loc=offsets(params["lengths"]).to(p["index_dtype"]),
+                num_accepted_tokens=torch.tensor(params["accepted"], dtype=p["index_dtype"]))
+    return Case("causal_conv1d_update", call, ("conv_states",), p["dtype"], params)
+
+
+# The speculative-decoding forms are not served by the ascendc backend (the ops' docstrings).
+SPEC_FORMS = ("fused_recurrent_gated_delta_rule/spec", "causal_conv1d_update/spec")
+
+# case name (an op, or op/form) -> (public function, strategy factory taking small=)
 STRATEGIES = {
     "reshape_and_cache": (ops.reshape_and_cache, cache_cases),
     "paged_decode_attention": (ops.paged_decode_attention, decode_cases),
@@ -306,4 +360,6 @@ STRATEGIES = {
     "causal_conv1d_fn": (ops.causal_conv1d_fn, conv_fn_cases),
     "causal_conv1d_update": (ops.causal_conv1d_update, conv_update_cases),
     "fused_experts": (ops.fused_experts, experts_cases),
+    "fused_recurrent_gated_delta_rule/spec": (ops.fused_recurrent_gated_delta_rule, spec_recurrent_cases),
+    "causal_conv1d_update/spec": (ops.causal_conv1d_update, spec_conv_update_cases),
 }

@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from op_strategies import STRATEGIES, backends_of
 
+from qwen_ops import ops
+
 I16, I32, I64, U8, F16, F32, F64, BF16 = (torch.int16, torch.int32, torch.int64, torch.uint8, torch.float16,
                                          torch.float32, torch.float64, torch.bfloat16)
 
@@ -46,6 +48,10 @@ METADATA = {
     "causal_conv1d_fn": {"query_start_loc": "index", "cache_indices": "index", "has_initial_state": "bool"},
     "causal_conv1d_update": {"cache_indices": "index"},
     "fused_experts": {"topk_ids": "index"},
+    "fused_recurrent_gated_delta_rule/spec": {"cu_seqlens": "index", "ssm_state_indices": "index",
+                                              "num_accepted_tokens": "index"},
+    "causal_conv1d_update/spec": {"query_start_loc": "index", "cache_indices": "index",
+                                  "num_accepted_tokens": "index"},
 }
 
 # Per-request metadata: one entry (or row) per request, so a missing or extra one is a shape error.
@@ -66,6 +72,13 @@ class Broken:
 def _set(call, name, index, value):
     t = call[name].clone()
     t[index] = value
+    call[name] = t
+
+
+def _set_flat(call, name, position, value):
+    """Set entry ``position`` of the tensor read in row-major order (1-D or 2-D index tables)."""
+    t = call[name].clone()
+    t.view(-1)[position] = value
     call[name] = t
 
 
@@ -171,16 +184,18 @@ def _value_breakages(op, call):
 
         def row_outside_pool(draw, call, name=name, rows=rows):
             value = draw(st.sampled_from([rows + draw(st.integers(0, 50)), -2 - draw(st.integers(0, 50))]))
-            _set(call, name, draw(st.integers(0, call[name].numel() - 1)), value)
+            _set_flat(call, name, draw(st.integers(0, call[name].numel() - 1)), value)
             return Broken(f"{name} outside the pool", name)
         found[f"{name} outside the pool"] = row_outside_pool
-        real = [i for i, r in enumerate(call[name].tolist()) if r >= 0]
+        real = [i for i, r in enumerate(call[name].flatten().tolist()) if r >= 0]
         if len(real) >= 2:
             def repeated_row(draw, call, name=name, real=real):
                 i, j = draw(st.permutations(real))[:2]
-                _set(call, name, j, int(call[name][i]))
+                _set_flat(call, name, j, int(call[name].flatten()[i]))
                 return Broken(f"{name} repeated", name)
             found[f"{name} repeated"] = repeated_row
+    if call.get("num_accepted_tokens") is not None:
+        found.update(_spec_breakages(op, call))
     if op == "fused_experts" and call["topk_ids"].numel():
         experts = call["w13"].shape[0]
 
@@ -199,6 +214,31 @@ def _value_breakages(op, call):
                 _set(call, name, index, draw(st.sampled_from([0.0, -0.01, float("inf"), float("nan")])))
                 return Broken(f"{name} not finite and positive", name)
             found[f"{name} value"] = bad_scale
+    return found
+
+
+def _spec_breakages(op, call):
+    """Speculative decoding: num_accepted_tokens outside [1, W], or -1 where a real row reads or writes a state."""
+    rows_name = "ssm_state_indices" if op == "fused_recurrent_gated_delta_rule" else "cache_indices"
+    table = call[rows_name]
+    n, width = table.shape
+    cu = call["cu_seqlens" if rows_name == "ssm_state_indices" else "query_start_loc"]
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    accepted = call["num_accepted_tokens"].tolist()
+    real = [r for r in range(n) if bool((table[r] >= 0).any())]
+
+    def accepted_out_of_range(draw, call):
+        value = draw(st.sampled_from([0, -1 - draw(st.integers(0, 5)), width + 1 + draw(st.integers(0, 5))]))
+        _set(call, "num_accepted_tokens", draw(st.integers(0, n - 1)), value)
+        return Broken("num_accepted_tokens out of range", "num_accepted_tokens")
+    found = {"num_accepted_tokens out of range": accepted_out_of_range}
+    if real:
+        def unset_row_in_use(draw, call):
+            r = draw(st.sampled_from(real))
+            used = sorted(set(range(lengths[r])) | {accepted[r] - 1})
+            _set(call, rows_name, (r, draw(st.sampled_from(used))), -1)
+            return Broken(f"-1 in a used column of {rows_name}", rows_name)
+        found["row in use unset"] = unset_row_in_use
     return found
 
 
@@ -228,17 +268,17 @@ def _type_and_shape_breakages(op, call):
 
 
 @st.composite
-def malformed_calls(draw, op):
+def malformed_calls(draw, name):
     """(valid case, its call broken once, the breakage, a backend): value breakages two times in three."""
-    cases = STRATEGIES[op][1](small=True)
-    if op in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"):
+    cases = STRATEGIES[name][1](small=True)
+    if name in ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"):
         cases = cases.filter(lambda c: "cu_seqlens" in c.call)  # the packed form, over a state pool
     case = draw(cases)
     call = case.fresh()
-    values, types = _value_breakages(op, call), _type_and_shape_breakages(op, call)
+    values, types = _value_breakages(case.op, call), _type_and_shape_breakages(name, call)
     breakages = values if values and draw(st.integers(0, 2)) else types
     broken = breakages[draw(st.sampled_from(sorted(breakages)))](draw, call)
-    backend = draw(st.sampled_from(backends_of(op)))
+    backend = draw(st.sampled_from(backends_of(name)))
     return case, call, broken, backend
 
 
@@ -251,11 +291,11 @@ def _changed(call, before):
             if not (torch.equal(call[k].isnan(), old.isnan()) and torch.equal(call[k].nan_to_num(), old.nan_to_num()))]
 
 
-@pytest.mark.parametrize("op", sorted(METADATA))
-def test_malformed_metadata_raises_naming_op_and_argument_and_writes_nothing(op):
+@pytest.mark.parametrize("name", sorted(METADATA))
+def test_malformed_metadata_raises_naming_op_and_argument_and_writes_nothing(name):
     @settings(max_examples=50, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(malformed_calls(op))
+    @given(malformed_calls(name))
     def run(drawn):
         check_rejected(*drawn)
 
@@ -263,7 +303,7 @@ def test_malformed_metadata_raises_naming_op_and_argument_and_writes_nothing(op)
 
 
 def check_rejected(case, call, broken, backend):
-    fn = STRATEGIES[case.op][0]
+    fn = getattr(ops, case.op)
     before = _snapshot(call)
     try:
         fn(**call, backend=backend)
