@@ -100,6 +100,12 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "if int(pages[:, 0].min()) < 1 or int(pages[:, 0].max()) >= caches.num_blocks:", "NumberReplacer"):
         "pages has two columns (source, destination): column -1 is column 1, the destinations, which the check "
         "above already holds to [1, num_blocks) (a mutant of the other index)",
+    ("model/network/moe.py", "weights, ids = torch.topk(probs, top_k, dim=-1)", "ReplaceUnaryOperator_Delete_USub"):
+        "probs is 2-D [T, E] (the router's logits of x [T, H]): dim 1 is dim -1",
+    ("model/worker/graph_runner.py", "elif value is None:", "ReplaceComparisonOperator_Is_IsNot"):
+        "the key tells the same steps apart: a field that is None in one step and a tensor in another still "
+        "differs (the tensor's entry is in one key only), and the mutant's (name, None) entry for any other "
+        "value is the same in every step",
     ("model/spec_decode/drafter.py", "at = b + len(emitted[request_id]) - 1", "ReplaceBinaryOperator_Add_BitOr"):
         "b | x equals b + x whenever b = 0 or x = 0, and one of them always is: drafts are verified only on "
         "decode rows, whose last known token is row b = 0, and a row with b > 0 (a prompt's last chunk) has no "
