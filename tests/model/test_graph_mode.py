@@ -8,6 +8,7 @@ Tolerances: greedy tokens must be identical. Logprobs within LOGPROB_ATOL: paddi
 M of every projection, and the BLAS sgemm may then sum over K in another order (float32 rounding,
 ~1e-6 relative a layer); inductor also fuses and reorders the float32 elementwise work (INDUCTOR_ATOL).
 """
+import importlib.util
 import logging
 
 import pytest
@@ -118,6 +119,16 @@ def test_capture_sizes_are_few_and_reach_the_maximum():
     assert sizes[:6] == [1, 2, 4, 8, 16, 24] and sizes[-1] == 520 and len(sizes) < 24
     with pytest.raises(ValueError, match="capture size"):
         capture_sizes(0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None and importlib.util.find_spec("torchair") is not None,
+                    reason="torch_npu and torchair are installed: the NPU-graph backend is available here")
+def test_torchair_without_its_packages_is_refused_with_what_it_needs():
+    """Without torch_npu/torchair (every machine but an Ascend one), compile_backend="torchair" raises
+    GraphModeError naming them and the way out, not a bare ImportError; other names pass through."""
+    with pytest.raises(GraphModeError, match="torch_npu and torchair.*enforce_eager=True"):
+        graph_runner._torch_backend("torchair")
+    assert graph_runner._torch_backend("aot_eager") == "aot_eager"
 
 
 # ----------------------------------------------------------------------------- outputs equal eager

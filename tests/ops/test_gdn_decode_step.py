@@ -135,6 +135,50 @@ def test_fake_checks_shapes_and_gives_the_output_shape(gen):
             decode_step_op.gdn_decode_step(**fake)
 
 
+def _without_key_channels(gen):
+    args, channels = _case(gen), 4 * 8  # Hv Dv only: 2 Hk Dk = 0
+    args.update(mixed_qkv=torch.randn(3, channels, generator=gen), conv_taps=torch.randn(4, channels, generator=gen),
+                conv_states=torch.randn(6, 3, channels, generator=gen))
+    return args
+
+
+def _changed(**change):
+    def build(gen):
+        args = _case(gen)
+        args.update({k: f(args) for k, f in change.items()})
+        return args
+    return build
+
+
+# (why, a bad call, what the message names): the C++ kernel's check and the fake's must refuse it alike.
+FAKE_AND_KERNEL_REFUSE = [
+    ("mixed_qkv short", _changed(mixed_qkv=lambda a: a["mixed_qkv"][:, :-1]), "argument 'mixed_qkv'"),
+    ("no key channels", _without_key_channels, "argument 'mixed_qkv'"),
+    ("Hv not a multiple of Hk", lambda gen: _case(gen, hk=3, hv=4), "multiple of the key heads Hk = 3"),
+    ("z short", _changed(z=lambda a: a["z"][:, :-1]), "argument 'z'"),
+    ("b rows", _changed(b=lambda a: a["b"][:1]), "argument 'b'"),
+    ("kernel width 1", _changed(conv_taps=lambda a: a["conv_taps"][:1].contiguous(),
+                                conv_states=lambda a: a["conv_states"][:, :0].contiguous()), "argument 'conv_taps'"),
+    ("A_log short", _changed(A_log=lambda a: a["A_log"][:-1]), "argument 'A_log'"),
+    ("norm_weight half", _changed(norm_weight=lambda a: a["norm_weight"].half()), "argument 'norm_weight'"),
+    ("state_indices float", _changed(state_indices=lambda a: a["state_indices"].float()), "argument 'state_indices'"),
+]
+
+
+@pytest.mark.parametrize("build,names", [c[1:] for c in FAKE_AND_KERNEL_REFUSE], ids=[c[0] for c in FAKE_AND_KERNEL_REFUSE])
+def test_the_fake_refuses_what_the_kernel_refuses(gen, build, names):
+    """The fake (torch.compile's shape pass) has the kernel's conditions: a call one refuses, the other does too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    args = build(gen)
+    with pytest.raises(RuntimeError, match="gdn_decode_step: .*" + names):
+        decode_step_op.gdn_decode_step(**args)
+    with FakeTensorMode() as mode:
+        fake = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        with pytest.raises((ValueError, TypeError), match="gdn_decode_step: .*" + names):
+            decode_step_op.gdn_decode_step(**fake)
+
+
 def test_traceable_by_torch_compile(gen):
     args = _case(gen, batch=2)
     eager, compiled_args = _clone(args), _clone(args)

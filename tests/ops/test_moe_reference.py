@@ -66,6 +66,11 @@ def test_intermediate_size_one(gen):
     check_against_loop(draw(gen, 9, 16, 1, 4, 2), F32)
 
 
+def test_a_single_expert(gen):
+    """E = 1 (every token's one choice is expert 0) is the smallest valid layer, not a shape error."""
+    check_against_loop(draw(gen, 5, 16, 8, 1, 1), F32)
+
+
 def test_a_single_bad_id_is_named(gen):
     """Exactly one id out of range: the message names that id (not another entry, not an IndexError)."""
     call = draw(gen, 10, 16, 8, 6, 2)
@@ -113,6 +118,8 @@ BAD = [
     ("w13 hidden size", _put("w13", lambda c: c["w13"][:, :, :-1]), ValueError, "'w13'.*H = 16"),
     ("w13 odd rows", _put("w13", lambda c: c["w13"][:, :-1]), ValueError, "'w13' must have an even"),
     ("w2 experts", _put("w2", lambda c: c["w2"][:-1]), ValueError, "'w2'"),
+    ("no experts", lambda c: c.update(w13=c["w13"][:0], w2=c["w2"][:0]), ValueError,
+     "'w13' must hold at least one expert"),
     ("w2 inter", _put("w2", lambda c: c["w2"][:, :, :-1]), ValueError, "'w2'"),
     ("w2 dtype", _put("w2", lambda c: c["w2"].half()), TypeError, "'w2'"),
     ("ids on meta", _put("topk_ids", lambda c: c["topk_ids"].to("meta")), ValueError, "'topk_ids'"),
