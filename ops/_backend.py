@@ -74,6 +74,12 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "triton": "gdn.triton_gating:fused_gdn_gating",
         "ascendc": "ascendc_backend:fused_gdn_gating",
     },
+    # One launch per GDN layer at decode (ops/gdn/decode_step/op.py); on the CPU the torch backend's
+    # one-token form is the C++ kernel torch.ops.qwen_ops.gdn_decode_step, called before any dispatch.
+    "gdn_decode_step": {
+        "torch": "gdn.decode_step.reference:gdn_decode_step",
+        "triton": "gdn.decode_step.triton:gdn_decode_step",
+    },
     # No Ascend C kernel (see README.md, "The MoE expert op on Ascend C").
     "fused_experts": {
         "torch": "moe.reference:fused_experts",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qwen_ops.ops.gdn import decode_step_op, reference_decode_step
+from qwen_ops.ops.gdn.decode_step import op as decode_step_op, reference as reference_decode_step
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 try:
