@@ -25,7 +25,7 @@ import torch
 
 from ... import ops
 from ...ops._backend import IMPLEMENTATIONS, resolved_backend
-from ...ops.gdn.decode_step.op import OP as FUSED_DECODE_OP, gdn_decode_step, takes_cpu_kernel
+from ...ops.gdn.decode_step.op import OP as FUSED_DECODE_OP, gdn_decode_step, gdn_decode_step_available, takes_cpu_kernel
 from ...ops.gdn.reference_gating import gated_rms_norm
 from ..loading.config import Qwen35Config
 from .backends import backend_chooser
@@ -37,6 +37,7 @@ from .step_inputs import StepInputs
 # QWEN_OPS_FUSED_GDN_DECODE=0 composes the decode rows from the ops one by one (to compare, or to test them).
 FUSED_GDN_DECODE_ENV = "QWEN_OPS_FUSED_GDN_DECODE"
 _fused_decode_on = os.environ.get(FUSED_GDN_DECODE_ENV, "1") != "0"
+gdn_decode_step_available()  # looks the C++ kernel up (and registers its fake) before any step is traced
 # The ops gdn_decode_step stands for: it runs only where the backend that serves all of them serves it too.
 FUSED_DECODE_OPS = ("causal_conv1d_update", "fused_gdn_gating", "fused_recurrent_gated_delta_rule")
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from tolerances import KERNEL_VS_REFERENCE, tol
 
-from qwen_ops import ops
+from qwen_ops import ops, testing
 from qwen_ops.ops._backend import IMPLEMENTATIONS, BackendError
 from qwen_ops.ops.gdn.decode_step import op as decode_step_op, reference
 from qwen_ops.ops.gdn.reference_gating import gated_rms_norm
@@ -29,14 +29,11 @@ T = tol(KERNEL_VS_REFERENCE, F32)
 
 def make_case(gen, tokens=3, hk=2, hv=4, dk=16, dv=8, width=4, slots=8, rows=None, index_dtype=torch.int64):
     """The op's arguments for ``tokens`` decode tokens; ``rows``: state_indices ([B] or [B, W]) or a random [B]."""
-    channels = 2 * hk * dk + hv * dv
-    r = lambda *shape, s=1.0: torch.randn(*shape, generator=gen, dtype=F32) * s  # noqa: E731
+    draw = testing.Draw(gen)
     if rows is None:
-        rows = torch.randperm(slots, generator=gen)[:tokens]
-    return dict(mixed_qkv=r(tokens, channels), z=r(tokens, hv * dv), b=r(tokens, hv), a=r(tokens, hv),
-                conv_states=r(slots, width - 1, channels), conv_taps=r(width, channels, s=0.5),
-                ssm_states=r(slots, hv, dk, dv, s=0.3), A_log=r(hv, s=0.5), dt_bias=r(hv, s=0.5),
-                norm_weight=1.0 + r(dv, s=0.1), state_indices=torch.as_tensor(rows).to(index_dtype), eps=1e-6)
+        rows = draw.randperm(slots)[:tokens]
+    return testing.decode_step_call(draw, tokens=tokens, hk=hk, hv=hv, dk=dk, dv=dv, width=width, pool_rows=slots,
+                                    state_indices=torch.as_tensor(rows).to(index_dtype))
 
 
 def clone(args):

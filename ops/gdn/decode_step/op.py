@@ -36,12 +36,21 @@ OP = "gdn_decode_step"
 BACKENDS_OP = "gdn_decode_step_backends"
 F32 = (torch.float32,)
 
-_AVAILABLE = cpu_torch_op_available(OP)  # False on a pure-Python install (QWEN_OPS_BUILD_EXT=0)
+_cpu_kernel_found: bool | None = None  # looked up on first use: importing the ops never loads qwen_ops._C
 
 
 def gdn_decode_step_available() -> bool:
-    """True when ``qwen_ops._C`` was built with the torch backend's CPU kernel (one token per sequence)."""
-    return _AVAILABLE
+    """True when ``qwen_ops._C`` was built with the torch backend's CPU kernel (one token per sequence).
+
+    The first call loads the extension (False on a pure-Python install, ``QWEN_OPS_BUILD_EXT=0``) and registers
+    the kernel's fake.
+    """
+    global _cpu_kernel_found
+    if _cpu_kernel_found is None:
+        _cpu_kernel_found = cpu_torch_op_available(OP)
+        if _cpu_kernel_found:
+            torch.library.register_fake(f"qwen_ops::{OP}")(_cpu_kernel_fake)
+    return _cpu_kernel_found
 
 
 def _rows(name, t, width, tokens, layout):
@@ -102,13 +111,12 @@ def _check(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bia
     return tokens, hv * dv
 
 
-if _AVAILABLE:
-    @torch.library.register_fake(f"qwen_ops::{OP}")
-    def _gdn_decode_step_fake(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight,
-                              state_indices, eps):
-        tokens, value_dim = _check(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias,
-                                   norm_weight, state_indices, eps)
-        return mixed_qkv.new_empty((tokens, value_dim))
+def _cpu_kernel_fake(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight,
+                     state_indices, eps):
+    """The C++ kernel's fake (shape-only, for ``torch.compile``), registered by ``gdn_decode_step_available``."""
+    tokens, value_dim = _check(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias,
+                               norm_weight, state_indices, eps)
+    return mixed_qkv.new_empty((tokens, value_dim))
 
 
 @custom_op(BACKENDS_OP, mutates_args=("conv_states", "ssm_states"))
@@ -135,7 +143,13 @@ def _backends_fake(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log
 
 def takes_cpu_kernel(device: torch.device, backend: str, spec_decode: bool) -> bool:
     """Whether a call runs the torch backend's C++ kernel (CPU, one token per sequence, ``qwen_ops._C`` built)."""
-    return backend == "torch" and device.type == "cpu" and not spec_decode and _AVAILABLE
+    if backend != "torch" or device.type != "cpu" or spec_decode:
+        return False
+    if torch.compiler.is_compiling():
+        # A trace cannot load the extension: a kernel not looked up before (the model looks it up when it is
+        # imported) counts as absent, and the reference serves the call.
+        return bool(_cpu_kernel_found)
+    return gdn_decode_step_available()
 
 
 def gdn_decode_step(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
