@@ -79,6 +79,7 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
     "gdn_decode_step": {
         "torch": "gdn.decode_step.reference:gdn_decode_step",
         "triton": "gdn.decode_step.triton:gdn_decode_step",
+        "ascendc": "ascendc_backend:gdn_decode_step",
     },
     # No Ascend C kernel (see README.md, "The MoE expert op on Ascend C").
     "fused_experts": {

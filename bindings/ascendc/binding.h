@@ -162,6 +162,7 @@ void RegisterFusedGdnGating(py::module_& m);
 void RegisterPrefillAttention(py::module_& m);
 void RegisterChunkGatedDeltaRule(py::module_& m);
 void RegisterMixedAttention(py::module_& m);
+void RegisterGdnDecodeStep(py::module_& m);
 
 }  // namespace qwen_bind
 

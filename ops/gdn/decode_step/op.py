@@ -187,10 +187,12 @@ def gdn_decode_step(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a
         the backend cannot serve the call.
     """
     spec_decode = query_start_loc is not None or num_accepted_tokens is not None or state_indices.dim() == 2
-    name = resolved_backend(OP, backend, mixed_qkv.device)
-    if takes_cpu_kernel(mixed_qkv.device, name, spec_decode):
+    # Resolved here only where the C++ kernel may serve (a named other backend is resolved inside the custom op,
+    # out of a trace's sight: its availability lookups load the extension).
+    if (backend in (None, "torch") and mixed_qkv.device.type == "cpu" and not spec_decode
+            and takes_cpu_kernel(mixed_qkv.device, resolved_backend(OP, backend, mixed_qkv.device), spec_decode)):
         return torch.ops.qwen_ops.gdn_decode_step(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log,
                                                   dt_bias, norm_weight, state_indices, float(eps))
     return torch.ops.qwen_ops.gdn_decode_step_backends(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log,
                                                        dt_bias, norm_weight, state_indices, float(eps),
-                                                       query_start_loc, num_accepted_tokens, name)
+                                                       query_start_loc, num_accepted_tokens, backend)
