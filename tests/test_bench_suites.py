@@ -31,6 +31,7 @@ BENCHMARKED_OPS = {
     "test_causal_conv1d_fn": "causal_conv1d_fn",
     "test_causal_conv1d_update": "causal_conv1d_update",
     "test_fused_experts": "fused_experts",
+    "test_gdn_decode_step": "gdn_decode_step",
 }
 
 
