@@ -59,6 +59,18 @@ if [[ $status -eq 0 && " $* " != *" --cpu "* && "${GRAPH_MODE_CHECK:-1}" != "0" 
     set -e
     [[ $graph_status -eq 0 ]] || echo "== graph mode check FAILED or STOPPED (exit $graph_status)"
 fi
+# The fused GDN decode step (one launch) against the separate Triton kernels it replaces, timed side by side
+# (bench/kernels/bench_gdn_decode_step.py). Written, not yet run on a GPU. Skipped by --cpu and when
+# GDN_DECODE_STEP_CHECK=0.
+if [[ $status -eq 0 && " $* " != *" --cpu "* && "${GDN_DECODE_STEP_CHECK:-1}" != "0" ]]; then
+    set +e
+    timeout "${GDN_DECODE_STEP_TIMEOUT_S:-120}" "$PY" bench/kernels/bench_gdn_decode_step.py --device cuda \
+        --backends triton --batches 1,32,256 --repeats 20 --json "$out_dir/gdn_decode_step.json" 2>&1 \
+        | tee "$out_dir/gdn_decode_step.log"
+    fused_status=${PIPESTATUS[0]}
+    set -e
+    [[ $fused_status -eq 0 ]] || echo "== fused GDN decode step check FAILED or STOPPED (exit $fused_status)"
+fi
 case $status in
     0) echo "== device check PASSED" ;;
     124) echo "== device check STOPPED at ${DEVICE_CHECK_TIMEOUT_S:-290} s (timeout); see the log above" ;;

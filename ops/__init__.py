@@ -4,7 +4,8 @@ Each op lives in its own folder with its torch reference beside its kernels:
 
 * ``cache``: ``reshape_and_cache`` (paged BNSD KV cache, INT8 per channel)
 * ``attention``: ``paged_decode_attention``, ``prefill_attention``, ``mixed_attention``
-* ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``
+* ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``,
+  ``gdn_decode_step`` (a GDN layer's decode step in one call)
 * ``conv``: ``causal_conv1d_fn``, ``causal_conv1d_update``
 * ``moe``: ``fused_experts`` (the routed experts of a MoE layer)
 * ``int8_linear``: ``int8_linear`` (INT8-weight projections, W8A8 and weight-only), ``quantize_per_token``,
@@ -26,7 +27,7 @@ from .attention import mixed_attention, paged_decode_attention, prefill_attentio
 from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache  # noqa: F401
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
 from .gdn import (chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule,  # noqa: F401
-                  prepare_chunk_indices)
+                  gdn_decode_step, prepare_chunk_indices)
 from .int8_linear import int8_linear, quantize_per_token, quantize_static  # noqa: F401
 from .moe import fused_experts  # noqa: F401
 
@@ -47,6 +48,7 @@ __all__ = [
     "chunk_gated_delta_rule",
     "fused_recurrent_gated_delta_rule",
     "fused_gdn_gating",
+    "gdn_decode_step",
     "prepare_chunk_indices",
     "causal_conv1d_fn",
     "causal_conv1d_update",

@@ -79,6 +79,13 @@ IMPLEMENTATIONS: dict[str, dict[str, str]] = {
         "torch": "int8_linear.cpu_kernel:int8_linear",  # tested against int8_linear.reference
         "triton": "int8_linear.triton:int8_linear",
     },
+    # One launch per GDN layer at decode (ops/gdn/decode_step/op.py); on the CPU the torch backend's
+    # one-token form is the C++ kernel torch.ops.qwen_ops.gdn_decode_step, called before any dispatch.
+    "gdn_decode_step": {
+        "torch": "gdn.decode_step.reference:gdn_decode_step",
+        "triton": "gdn.decode_step.triton:gdn_decode_step",
+        "ascendc": "ascendc_backend:gdn_decode_step",
+    },
     "fused_experts": {
         "torch": "moe.reference:fused_experts",
         "triton": "moe.triton_grouped_gemm:fused_experts",

@@ -24,7 +24,8 @@ from ._backend import BackendError
 
 KERNELS = ("reshape_and_cache", "paged_decode_attention", "fused_recurrent_gated_delta_rule",
            "causal_conv1d_update", "causal_conv1d_fn", "fused_gdn_gating", "prefill_attention",
-           "chunk_gated_delta_rule", "mixed_attention", "fused_experts")
+           "chunk_gated_delta_rule", "mixed_attention", "fused_experts",
+           "gdn_decode_step")
 
 _local = threading.local()
 
@@ -177,6 +178,16 @@ def causal_conv1d_fn(*, x, weight, bias=None, conv_states, query_start_loc, cach
     return _ext().ascendc_causal_conv1d_fn(
         _c(x), _c(weight), _c(bias), _in_place(op, "conv_states", conv_states), _c(query_start_loc),
         _c(cache_indices), _c(has_initial_state), activation == "silu", **_config())
+
+
+def gdn_decode_step(*, mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight,
+                    state_indices, eps, query_start_loc=None, num_accepted_tokens=None) -> torch.Tensor:
+    """A GDN layer's decode step in one launch (``ops/gdn/decode_step/op.py``); both pools updated in place."""
+    op = "gdn_decode_step"
+    return _ext().ascendc_gdn_decode_step(
+        _c(mixed_qkv), _c(z), _c(b), _c(a), _in_place(op, "conv_states", conv_states), _c(conv_taps),
+        _in_place(op, "ssm_states", ssm_states), _c(A_log), _c(dt_bias), _c(norm_weight), _c(state_indices),
+        _c(query_start_loc), _c(num_accepted_tokens), float(eps), **_config())
 
 
 def fused_gdn_gating(*, A_log, a, b, dt_bias):

@@ -32,6 +32,7 @@ BENCHMARKED_OPS = {
     "test_causal_conv1d_update": "causal_conv1d_update",
     "test_fused_experts": "fused_experts",
     "test_int8_linear": "int8_linear",
+    "test_gdn_decode_step": "gdn_decode_step",
 }
 
 

@@ -3,7 +3,9 @@
 Qwen3.5 GDN layers: 16 key heads and 32 value heads of dim 128, q/k
 l2-normalised in the kernel, states in a pool. Prefill chunks of 512 to 8192
 tokens through ``chunk_gated_delta_rule``; decode batches of 1 to 256 through
-``fused_recurrent_gated_delta_rule``; ``fused_gdn_gating`` for both.
+``fused_recurrent_gated_delta_rule``; ``fused_gdn_gating`` for both; a layer's whole decode step in one
+call through ``gdn_decode_step`` (float32, its only dtype; against the separate ops:
+``bench_gdn_decode_step.py``).
 ``QWEN_OPS_BENCH_QUICK=1`` shrinks all of it (see kbench.py).
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 import kbench
 from kbench import DEVICE, DTYPE, pick
 from qwen_ops import ops
-from qwen_ops.testing import SHAPES, gating_inputs, gdn_inputs, pool_indices, state_pool
+from qwen_ops.testing import SHAPES, decode_step_call, gating_inputs, gdn_inputs, pool_indices, state_pool
 
 QWEN = SHAPES["qwen3.5"]
 HK, HV, DK, DV = pick((QWEN.hk, QWEN.hv, QWEN.dk, QWEN.dv), (1, 2, 32, 32))
@@ -66,3 +68,14 @@ def test_fused_gdn_gating(benchmark, backend, tokens):
     call = gating_inputs(gen, tokens, HV, DTYPE, a_scale=3.0)
     kbench.run(benchmark, lambda: ops.fused_gdn_gating(**call, backend=backend),
                tokens=tokens, heads_v=HV)
+
+
+@pytest.mark.parametrize("backend", kbench.backends("gdn_decode_step"))
+@pytest.mark.parametrize("batch", pick([1, 32, 256], [3]))
+def test_gdn_decode_step(benchmark, backend, batch):
+    """One decode step of a GDN layer for ``batch`` requests: conv, gates, delta rule, norm; both pools in place."""
+    call = decode_step_call(kbench.generator(), tokens=batch, hk=HK, hv=HV, dk=DK, dv=DV, width=QWEN.conv_width,
+                            pool_rows=batch + 1, state_indices=torch.arange(batch, dtype=torch.int32))
+    call = {k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in call.items()}
+    kbench.run(benchmark, lambda: ops.gdn_decode_step(**call, backend=backend),
+               batch=batch, heads_k=HK, heads_v=HV, head_dim=DK)

@@ -64,8 +64,8 @@ TARGETS: tuple[Target, ...] = (
     Target("graph mode runner", "model/worker/graph_runner.py", ("tests/model/test_graph_mode.py",)),
     Target("small-M linear tiles (C++)", "bindings/cpu/small_m_linear_tiles.h", ("tests/ops/test_small_m_linear.py",)),
     # The fused GDN decode step (one call per layer and step): its op (checks, dispatch) and its reference
-    Target("GDN decode step op", "ops/gdn/decode_step_op.py", ("tests/ops/test_gdn_decode_step.py",)),
-    Target("GDN decode step reference", "ops/gdn/reference_decode_step.py", ("tests/ops/test_gdn_decode_step.py",)),
+    Target("GDN decode step op", "ops/gdn/decode_step/op.py", ("tests/ops/test_gdn_decode_step.py",)),
+    Target("GDN decode step reference", "ops/gdn/decode_step/reference.py", ("tests/ops/test_gdn_decode_step.py",)),
 )
 # Not a target here: the vLLM plug-in (qwen_ops/vllm_plugin/). Every module of it but two small ones imports
 # vLLM, and its tests (tests_vllm/) run only in the vLLM environment that .ci/vllm_tests builds (vLLM 0.33.0

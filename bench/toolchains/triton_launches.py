@@ -34,6 +34,7 @@ import torch
 
 from qwen_ops import ops, testing
 from qwen_ops.ops import _backend, _triton
+from qwen_ops.ops.gdn.decode_step.op import gdn_decode_step
 
 SHAPE_NAMES = ("qwen3.5", "qwen3.5-0.8b")
 DTYPES = (torch.bfloat16, torch.float16)
@@ -218,6 +219,19 @@ def _conv_update(draw, s, dtype):
     yield "speculative decoding"
 
 
+def _decode_step(draw, s, _dtype):
+    # float32 only (the op's contract), so both dtype passes make the same launches (kept once).
+    call = testing.decode_step_call(draw, tokens=3, hk=s.hk, hv=s.hv, dk=s.dk, dv=s.dv, width=s.conv_width,
+                                    pool_rows=6, state_indices=torch.tensor([4, -1, 0], dtype=torch.int32))
+    gdn_decode_step(**call, backend="triton")
+    yield "decode step, state pools with a padding row"
+    call = testing.decode_step_call(draw, tokens=5, hk=s.hk, hv=s.hv, dk=s.dk, dv=s.dv, width=s.conv_width,
+                                    pool_rows=6, state_indices=torch.arange(6, dtype=torch.int32).view(2, 3))
+    gdn_decode_step(**call, query_start_loc=testing.offsets([3, 2]),
+                        num_accepted_tokens=torch.tensor([1, 2], dtype=torch.int32), backend="triton")
+    yield "speculative decoding (a pool row per token)"
+
+
 def _moe(draw, _s, dtype):
     h, inter, e, top_k = (MOE_SHAPE[k] for k in ("hidden", "intermediate", "experts", "top_k"))
     tokens = 5
@@ -256,6 +270,7 @@ SCENARIOS = {
     "fused_gdn_gating": (_gating, SHAPE_NAMES),
     "causal_conv1d_fn": (_conv_fn, SHAPE_NAMES),
     "causal_conv1d_update": (_conv_update, SHAPE_NAMES),
+    "gdn_decode_step": (_decode_step, SHAPE_NAMES),
     "fused_experts": (_moe, ("qwen3.5-35b-a3b",)),
     "int8_linear": (_int8_linear, ("qwen3.5-0.8b",)),
 }

@@ -114,7 +114,7 @@ void qwen_register_ascendc(pybind11::module_& m) {
                                              "fused_recurrent_gated_delta_rule", "causal_conv1d_update",
                                              "causal_conv1d_fn", "fused_gdn_gating",
                                              "prefill_attention", "chunk_gated_delta_rule",
-                                             "mixed_attention", "fused_experts");
+                                             "mixed_attention", "fused_experts", "gdn_decode_step");
   qwen_bind::RegisterReshapeAndCache(m);
   qwen_bind::RegisterPagedDecodeAttention(m);
   qwen_bind::RegisterFusedRecurrentGatedDeltaRule(m);
@@ -125,6 +125,7 @@ void qwen_register_ascendc(pybind11::module_& m) {
   qwen_bind::RegisterChunkGatedDeltaRule(m);
   qwen_bind::RegisterMixedAttention(m);
   qwen_bind::RegisterFusedExperts(m);
+  qwen_bind::RegisterGdnDecodeStep(m);
   m.def("ascendc_last_launch", &qwen_bind::LastLaunch,
         "Tiling and unified-buffer high-water mark of the last Ascend C launch (stand-in: measured).");
 }

@@ -163,6 +163,7 @@ void RegisterPrefillAttention(py::module_& m);
 void RegisterChunkGatedDeltaRule(py::module_& m);
 void RegisterMixedAttention(py::module_& m);
 void RegisterFusedExperts(py::module_& m);
+void RegisterGdnDecodeStep(py::module_& m);
 
 }  // namespace qwen_bind
 

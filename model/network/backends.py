@@ -27,10 +27,10 @@ def backend_chooser(requested: str | None) -> Callable[[str], str | None]:
 
 
 # The ops a Qwen3.5 step calls (model/attention.py, model/gdn.py); tests/model/test_backends.py
-# checks this against the ops a step really dispatches. Where the torch backend serves them on the CPU in
-# float32, a GDN layer's decode rows run gdn_decode_step instead of the three decode ops (model/gdn.py).
+# checks this against the ops a step really dispatches. Where one backend serves the three decode ops and
+# gdn_decode_step in float32, a GDN layer's decode rows run gdn_decode_step instead of them (model/gdn.py).
 MODEL_OPS = ("reshape_and_cache", "mixed_attention", "fused_gdn_gating", "causal_conv1d_update", "causal_conv1d_fn",
-             "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule")
+             "fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "gdn_decode_step")
 # ...and a MoE model's expert layers (model/moe.py).
 MOE_OPS = ("fused_experts",)
 

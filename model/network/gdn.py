@@ -6,10 +6,12 @@ take the chunked path: ``causal_conv1d_fn`` and ``chunk_gated_delta_rule``
 with ``cu_seqlens``, starting from the saved state where ``has_initial_state``
 (later chunks of a chunked prefill). Both update the pools in place.
 
-On the CPU in float32 with the torch backend, the decode rows instead run as one
-``gdn_decode_step`` call per layer (``ops/gdn/decode_step_op.py``: conv update,
-gates, delta rule and output norm in one C++ pass, the same arithmetic); the
-prefill rows of a mixed step still take the chunked path.
+In float32, where one backend serves the three decode ops and also serves
+``gdn_decode_step`` in one launch, the decode rows instead run as one
+``gdn_decode_step`` call per layer (``ops/gdn/decode_step/``: conv update, gates,
+delta rule and output norm, the same arithmetic): the torch backend's C++ CPU
+kernel (one token per sequence), or the triton / ascendc kernels (speculative
+verify rows too); the prefill rows of a mixed step still take the chunked path.
 
 With the states in the pool's pages (the engine's layout, ``worker/gdn_pages.py``) a
 layer reads its group's rows, ``batch.gdn_state_indices[group]``; batches
@@ -22,8 +24,8 @@ import os
 import torch
 
 from ... import ops
-from ...ops._backend import resolved_backend
-from ...ops.gdn.decode_step_op import gdn_decode_step, gdn_decode_step_available
+from ...ops._backend import IMPLEMENTATIONS, resolved_backend
+from ...ops.gdn.decode_step.op import OP as FUSED_DECODE_OP, gdn_decode_step, gdn_decode_step_available, takes_cpu_kernel
 from ...ops.gdn.reference_gating import gated_rms_norm
 from ..loading.config import Qwen35Config
 from .backends import backend_chooser
@@ -34,17 +36,19 @@ from .step_inputs import StepInputs
 
 # QWEN_OPS_FUSED_GDN_DECODE=0 composes the decode rows from the ops one by one (to compare, or to test them).
 FUSED_GDN_DECODE_ENV = "QWEN_OPS_FUSED_GDN_DECODE"
-_fused_decode_on = gdn_decode_step_available() and os.environ.get(FUSED_GDN_DECODE_ENV, "1") != "0"
-# The ops gdn_decode_step stands for: it runs only where the torch backend would serve all of them.
+_fused_decode_on = os.environ.get(FUSED_GDN_DECODE_ENV, "1") != "0"
+gdn_decode_step_available()  # looks the C++ kernel up (and registers its fake) before any step is traced
+# The ops gdn_decode_step stands for: it runs only where the backend that serves all of them serves it too.
 FUSED_DECODE_OPS = ("causal_conv1d_update", "fused_gdn_gating", "fused_recurrent_gated_delta_rule")
 
 
 def set_fused_gdn_decode(enabled: bool) -> bool:
     """Run the GDN decode rows as one ``gdn_decode_step`` call (True) or op by op (False); returns the previous
-    setting. It can only be on where ``qwen_ops._C`` has the kernel (``gdn_decode_step_available()``)."""
+    setting. On the torch backend it takes effect only where ``qwen_ops._C`` has the C++ kernel
+    (``gdn_decode_step_available()``)."""
     global _fused_decode_on
     previous = _fused_decode_on
-    _fused_decode_on = bool(enabled) and gdn_decode_step_available()
+    _fused_decode_on = bool(enabled)
     return previous
 
 
@@ -90,10 +94,14 @@ class GatedDeltaNet:
             rows = paged[self.group]
             if spec:
                 spec_rows = batch.gdn_spec_state_indices[self.group]
-        if nd and not spec and self._decodes_fused(mixed, conv_states, ssm_states):
+        fused = self._decodes_fused(mixed, conv_states, ssm_states, spec) if nd else None
+        if fused is not None:
             # The decode rows in one call (conv, gates, delta rule, output norm); any prefill rows op by op.
+            spec_form = dict(query_start_loc=batch.query_start_loc[: nd + 1],
+                             num_accepted_tokens=batch.num_accepted_tokens) if spec else {}
             o = gdn_decode_step(mixed[:ndt], z[:ndt], b[:ndt], a[:ndt], conv_states, self.conv_taps, ssm_states,
-                                self.A_log, self.dt_bias, self.norm_w, rows[:nd], self.eps)
+                                self.A_log, self.dt_bias, self.norm_w, spec_rows if spec else rows[:nd], self.eps,
+                                backend=fused, **spec_form)
             if ndt < t:
                 o = torch.cat([o, self._composed(mixed[ndt:], z[ndt:], b[ndt:], a[ndt:], 0, 0, rows, None, batch,
                                                  conv_states, ssm_states)])
@@ -101,12 +109,22 @@ class GatedDeltaNet:
             o = self._composed(mixed, z, b, a, nd, ndt, rows, spec_rows, batch, conv_states, ssm_states)
         return linear(o, self.out_w)
 
-    def _decodes_fused(self, mixed: torch.Tensor, conv_states: torch.Tensor, ssm_states: torch.Tensor) -> bool:
-        """Whether the decode rows run as one ``gdn_decode_step``: the kernel is on, the tensors are the CPU float32
-        ones it takes, and the torch backend would serve every op it stands for."""
-        return (_fused_decode_on and mixed.device.type == "cpu" and mixed.dtype == torch.float32
-                and conv_states.dtype == torch.float32 and conv_states.is_contiguous() and ssm_states.is_contiguous()
-                and all(resolved_backend(op, self.backend(op), mixed.device) == "torch" for op in FUSED_DECODE_OPS))
+    def _decodes_fused(self, mixed: torch.Tensor, conv_states: torch.Tensor, ssm_states: torch.Tensor,
+                       spec: bool) -> str | None:
+        """The backend that runs the decode rows as one ``gdn_decode_step``, or None (op by op): the switch is
+        on, the tensors are the float32 ones it takes, one backend would serve every op it stands for, and that
+        backend serves it in one launch (the torch backend only through its C++ kernel: one token per sequence,
+        CPU tensors, ``qwen_ops._C`` built)."""
+        if not (_fused_decode_on and mixed.dtype == torch.float32 and conv_states.dtype == torch.float32
+                and conv_states.is_contiguous() and ssm_states.is_contiguous()):
+            return None
+        served_by = {resolved_backend(op, self.backend(op), mixed.device) for op in FUSED_DECODE_OPS}
+        if len(served_by) != 1:
+            return None
+        (name,) = served_by
+        if name == "torch" and not takes_cpu_kernel(mixed.device, name, spec):
+            return None
+        return name if name in IMPLEMENTATIONS[FUSED_DECODE_OP] else None
 
     def _composed(self, mixed, z, b, a, nd, ndt, rows, spec_rows, batch: StepInputs, conv_states, ssm_states):
         """The ops one by one over [nd decode sequences (ndt tokens) | the step's prefill chunks] -> [T', value_dim].

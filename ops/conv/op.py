@@ -102,7 +102,7 @@ def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, va
                   num_accepted_tokens=None):
     _check_common(UPDATE, x, weight, bias, conv_states, activation)
     if query_start_loc is not None or num_accepted_tokens is not None:
-        _check_update_spec_decode(x, conv_states, cache_indices, query_start_loc, num_accepted_tokens,
+        check_spec_decode_form(x, conv_states, cache_indices, query_start_loc, num_accepted_tokens,
                                   values=values)
         return
     b = x.shape[0]
@@ -111,41 +111,45 @@ def _check_update(x, conv_states, weight, bias, cache_indices, activation, *, va
     check.indices(UPDATE, "cache_indices", cache_indices, conv_states.shape[0], allow_padding=True, values=values)
 
 
-def _check_update_spec_decode(x, conv_states, cache_indices, query_start_loc, num_accepted_tokens, *, values):
-    """The speculative-decoding form: x [T, C] packed by query_start_loc [N+1], cache_indices [N, W]."""
+def check_spec_decode_form(x, conv_states, cache_indices, query_start_loc, num_accepted_tokens, *, values, op=UPDATE,
+                           index_name="cache_indices"):
+    """The speculative-decoding form: x [T, C] packed by query_start_loc [N+1], cache_indices [N, W].
+
+    Shared with ``gdn_decode_step`` (``op``, and ``index_name`` for its 'state_indices'), whose conv part it is.
+    """
     if query_start_loc is None or num_accepted_tokens is None:
-        raise ValueError(f"{UPDATE}: speculative decoding needs both 'query_start_loc' [N+1] and "
-                         "'num_accepted_tokens' [N] (with 'cache_indices' [N, 1 + k])")
-    check.tensor(UPDATE, "query_start_loc", query_start_loc, dtypes=check.INDEX_DTYPES, ndim=1, layout="[N+1]")
+        raise ValueError(f"{op}: speculative decoding needs both 'query_start_loc' [N+1] and "
+                         f"'num_accepted_tokens' [N] (with '{index_name}' [N, 1 + k])")
+    check.tensor(op, "query_start_loc", query_start_loc, dtypes=check.INDEX_DTYPES, ndim=1, layout="[N+1]")
     n = query_start_loc.shape[0] - 1
-    check.cumulative(UPDATE, "query_start_loc", query_start_loc, x.shape[0], values=values)
-    check.tensor(UPDATE, "cache_indices", cache_indices, dtypes=check.INDEX_DTYPES, shape=(n, None),
+    check.cumulative(op, "query_start_loc", query_start_loc, x.shape[0], values=values)
+    check.tensor(op, index_name, cache_indices, dtypes=check.INDEX_DTYPES, shape=(n, None),
                  layout=f"[N, 1 + k] = [{n}, W] (a state row per token of the step)")
     width = cache_indices.shape[1]
     if width < 1:
-        raise ValueError(f"{UPDATE}: argument 'cache_indices' must have W = 1 + k >= 1 columns, got "
+        raise ValueError(f"{op}: argument '{index_name}' must have W = 1 + k >= 1 columns, got "
                          f"{tuple(cache_indices.shape)}")
-    check.tensor(UPDATE, "num_accepted_tokens", num_accepted_tokens, dtypes=check.INDEX_DTYPES, shape=(n,),
+    check.tensor(op, "num_accepted_tokens", num_accepted_tokens, dtypes=check.INDEX_DTYPES, shape=(n,),
                  layout=f"[N] = [{n}]")
-    check.same_device(UPDATE, x=x, conv_states=conv_states, cache_indices=cache_indices,
+    check.same_device(op, x=x, conv_states=conv_states, cache_indices=cache_indices,
                       query_start_loc=query_start_loc, num_accepted_tokens=num_accepted_tokens)
-    check.indices(UPDATE, "cache_indices", cache_indices, conv_states.shape[0], allow_padding=True, values=values)
+    check.indices(op, index_name, cache_indices, conv_states.shape[0], allow_padding=True, values=values)
     if not values or n == 0:
         return
     accepted = num_accepted_tokens.to(torch.int64)
     if int(accepted.min()) < 1 or int(accepted.max()) > width:
-        raise ValueError(f"{UPDATE}: argument 'num_accepted_tokens' must be in [1, {width}] (1 + k state rows per "
+        raise ValueError(f"{op}: argument 'num_accepted_tokens' must be in [1, {width}] (1 + k state rows per "
                          f"sequence), got {accepted.tolist()}")
     lengths = (query_start_loc[1:] - query_start_loc[:-1]).to(torch.int64)
     if int(lengths.max()) > width:
-        raise ValueError(f"{UPDATE}: a sequence has {int(lengths.max())} tokens but 'cache_indices' has only "
+        raise ValueError(f"{op}: a sequence has {int(lengths.max())} tokens but '{index_name}' has only "
                          f"{width} state rows per sequence (one per token)")
     rows = cache_indices.to(torch.int64)
     padding = (rows < 0).all(dim=1)
     column = torch.arange(width, device=rows.device)[None, :]
     used = (column < lengths[:, None]) | (column == accepted[:, None] - 1)
     if bool(((rows < 0) & used & ~padding[:, None]).any()):
-        raise ValueError(f"{UPDATE}: argument 'cache_indices' has -1 where a sequence reads its state (column "
+        raise ValueError(f"{op}: argument '{index_name}' has -1 where a sequence reads its state (column "
                          "num_accepted_tokens - 1) or writes one (its first L columns); only a row of all -1 is "
                          "padding")
 

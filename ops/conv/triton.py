@@ -105,7 +105,7 @@ def _update_fixed(**_shape) -> dict:
 
 
 @triton.jit
-def _update_step(read_state, write_state, x_t, weight, bias, chans, chan_ok, valid, C, stride_w_c, stride_w_k,
+def update_step(read_state, write_state, x_t, weight, bias, chans, chan_ok, valid, C, stride_w_c, stride_w_k,
                  KW: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr, BLOCK_K: tl.constexpr):
     """One token: returns ``act(sum_j old[j] w[j] + x_t w[K-1] + bias)`` (zero where not ``valid``) and
     writes the window shifted by one, ``[old[1:], x_t]``, to ``write_state`` (which may be ``read_state``)."""
@@ -151,7 +151,7 @@ def _causal_conv1d_update_kernel(
         slot = tl.load(cache_indices + b).to(tl.int64)
         state = conv_states + slot * (state_rows * C)
         x_b = tl.load(x + tl.cast(b, tl.int64) * stride_x_b + chans, mask=chan_ok, other=0.0)
-        y = _update_step(state, state, x_b, weight, bias, chans, chan_ok, slot >= 0, C, stride_w_c, stride_w_k,
+        y = update_step(state, state, x_b, weight, bias, chans, chan_ok, slot >= 0, C, stride_w_c, stride_w_k,
                          KW, HAS_BIAS, SILU, BLOCK_K)
         tl.store(out + tl.cast(b, tl.int64) * C + chans, y.to(out.dtype.element_ty), mask=chan_ok)
 
@@ -186,7 +186,7 @@ def _causal_conv1d_update_spec_decode_kernel(
         for t in tl.range(bos, eos):
             row = tl.load(rows + (t - bos)).to(tl.int64)
             x_t = tl.load(x + t * stride_x_t + chans, mask=chan_ok, other=0.0)
-            y = _update_step(conv_states + previous * (state_rows * C), conv_states + row * (state_rows * C), x_t,
+            y = update_step(conv_states + previous * (state_rows * C), conv_states + row * (state_rows * C), x_t,
                              weight, bias, chans, chan_ok, valid, C, stride_w_c, stride_w_k, KW, HAS_BIAS, SILU,
                              BLOCK_K)
             tl.store(out + t * C + chans, y.to(out.dtype.element_ty), mask=chan_ok)

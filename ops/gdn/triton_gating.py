@@ -24,6 +24,24 @@ from .._triton import configured
 SOFTPLUS_THRESHOLD = 20.0
 
 
+@triton.jit
+def softplus(x, THRESHOLD: tl.constexpr):
+    """torch's softplus (beta 1) of a float32 tile: ``x`` above ``THRESHOLD``, else ``log1p(exp(x))``; NaN stays NaN.
+
+    Shared with the fused decode step (``decode_step/triton.py``), which computes the same gate in its launch.
+    """
+    # log1p(e) without a log1p intrinsic (Kahan): log(u) * e / (u - 1) with
+    # u = 1 + e is accurate to a few ulp even where 1 + e rounds to 1.
+    e = tl.exp(tl.minimum(x, THRESHOLD))
+    u = 1.0 + e
+    exact = u == 1.0
+    log1p_e = tl.where(exact, e, tl.log(u) * (e / tl.where(exact, 1.0, u - 1.0)))
+    # NaN must come out as NaN, as in torch: ``x > THRESHOLD`` is False for
+    # NaN, and ``tl.minimum`` above may drop a NaN operand (its default
+    # ``propagate_nan`` is NONE: unspecified), so NaN takes the ``x`` branch.
+    return tl.where((x > THRESHOLD) | (x != x), x, log1p_e)
+
+
 def _fixed(**_shape) -> dict:
     # 64 tokens x Hv heads: one tile per program step, small enough for the UB.
     return {"BLOCK_T": 64}
@@ -50,18 +68,7 @@ def _gdn_gating_kernel(
         ok = (tokens < T)[:, None] & head_ok[None, :]
         a_tile = tl.load(a + tokens[:, None] * stride_a_t + heads[None, :] * stride_a_h, mask=ok, other=0.0)
         b_tile = tl.load(b + tokens[:, None] * stride_b_t + heads[None, :] * stride_b_h, mask=ok, other=0.0)
-        x = a_tile.to(tl.float32) + bias[None, :]
-        # log1p(e) without a log1p intrinsic (Kahan): log(u) * e / (u - 1) with
-        # u = 1 + e is accurate to a few ulp even where 1 + e rounds to 1.
-        e = tl.exp(tl.minimum(x, THRESHOLD))
-        u = 1.0 + e
-        exact = u == 1.0
-        log1p_e = tl.where(exact, e, tl.log(u) * (e / tl.where(exact, 1.0, u - 1.0)))
-        # NaN must come out as NaN, as in torch: ``x > THRESHOLD`` is False for
-        # NaN, and ``tl.minimum`` above may drop a NaN operand (its default
-        # ``propagate_nan`` is NONE: unspecified), so NaN takes the ``x`` branch.
-        softplus = tl.where((x > THRESHOLD) | (x != x), x, log1p_e)
-        g = decay_rate[None, :] * softplus
+        g = decay_rate[None, :] * softplus(a_tile.to(tl.float32) + bias[None, :], THRESHOLD)
         beta = 1.0 / (1.0 + tl.exp(-b_tile.to(tl.float32)))
         out = tokens[:, None] * HV + heads[None, :]
         tl.store(g_out + out, g, mask=ok)

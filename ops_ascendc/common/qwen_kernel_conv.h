@@ -34,6 +34,20 @@ __aicore__ inline void LoadConvTile(const LocalTensor<float>& wT, const LocalTen
   SToV();
 }
 
+// acc = sum_{k < K-1} window[k] * wT[k] + x * wT[K-1] over `n` channels, in tap order: the window (the K-1
+// previous inputs) and the taps wT as rows of `pitch` floats, tap-major. `tmp` holds n floats.
+__aicore__ inline void ConvWindow(const LocalTensor<float>& acc, const LocalTensor<float>& window,
+                                  const LocalTensor<float>& x, const LocalTensor<float>& wT,
+                                  const LocalTensor<float>& tmp, uint32_t K, uint32_t pitch, int32_t n) {
+  Mul(acc, window, wT, n);
+  for (uint32_t k = 1; k + 1 < K; ++k) {
+    Mul(tmp, window[k * pitch], wT[k * pitch], n);
+    Add(acc, acc, tmp, n);
+  }
+  Mul(tmp, x, wT[(K - 1) * pitch], n);
+  Add(acc, acc, tmp, n);
+}
+
 // x * sigmoid(x) = x / (1 + exp(-x)) over `n` floats of `x`, in place; `tmp` holds n floats.
 __aicore__ inline void SiluInPlace(const LocalTensor<float>& x, const LocalTensor<float>& tmp, int32_t n) {
   Muls(tmp, x, -1.0f, n);

@@ -29,11 +29,11 @@ from .cases import cache_write_call, decode_call, mixed_call, prefill_call
 from .conv_inputs import conv_fn_call, conv_update_call
 from .draw import Draw
 from .paged_kv import block_tables, blocks_needed, int8_scales, offsets, paged_cache, random_cache, slot_mapping
-from .recurrent_state import gating_inputs, gdn_inputs, pool_indices, state_pool
+from .recurrent_state import decode_step_call, gating_inputs, gdn_inputs, pool_indices, state_pool
 from .shapes import SHAPES, LayerShapes
 
 __all__ = [
     "Draw", "SHAPES", "LayerShapes", "offsets", "blocks_needed", "block_tables", "random_cache", "int8_scales",
     "paged_cache", "slot_mapping", "cache_write_call", "decode_call", "prefill_call", "mixed_call", "gdn_inputs",
-    "gating_inputs", "state_pool", "pool_indices", "conv_fn_call", "conv_update_call",
+    "gating_inputs", "state_pool", "pool_indices", "conv_fn_call", "conv_update_call", "decode_step_call",
 ]

@@ -58,3 +58,16 @@ def gating_inputs(draw: Draw, tokens, heads, dtype, *, a_scale=1.0, b_scale=1.0,
     a = draw.randn(tokens, heads, dtype=dtype, scale=a_scale)
     b = draw.randn(tokens, heads, dtype=dtype, scale=b_scale)
     return dict(A_log=A_log, a=a, b=b, dt_bias=dt_bias)
+
+
+def decode_step_call(draw: Draw, *, tokens, hk, hv, dk, dv, width, pool_rows, state_indices) -> dict:
+    """Keyword arguments of ``gdn_decode_step`` (float32): a GDN layer's projections for ``tokens`` decode tokens,
+    both pools of ``pool_rows`` rows, the conv taps [K = width, C], the gate and norm parameters, and
+    ``state_indices`` ([B] or, speculative, [B, W]; as given, int32/int64)."""
+    channels = 2 * hk * dk + hv * dv
+    return dict(mixed_qkv=draw.randn(tokens, channels), z=draw.randn(tokens, hv * dv), b=draw.randn(tokens, hv),
+                a=draw.randn(tokens, hv), conv_states=draw.randn(pool_rows, width - 1, channels),
+                conv_taps=draw.randn(width, channels, scale=0.5), ssm_states=state_pool(draw, pool_rows, hv, dk, dv,
+                                                                                         scale=0.3),
+                A_log=draw.randn(hv, scale=0.5), dt_bias=draw.randn(hv, scale=0.5),
+                norm_weight=1.0 + draw.randn(dv, scale=0.1), state_indices=torch.as_tensor(state_indices), eps=1e-6)

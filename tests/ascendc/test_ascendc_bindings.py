@@ -336,6 +336,56 @@ CASES += [
      r"fused_experts: backend 'ascendc' keeps 16 rows of the whole hidden \(H\) or intermediate \(I\) width in L1"),
 ]
 
+
+def gdn_decode_step():
+    """Hk 1, Hv 2, Dk 16, Dv 8, K 4: C = 48; three sequences, one of them padding."""
+    return dict(mixed_qkv=_rand(3, 48), z=_rand(3, 16), b=_rand(3, 2), a=_rand(3, 2), conv_states=_rand(4, 3, 48),
+                conv_taps=_rand(4, 48), ssm_states=_rand(4, 2, 16, 8), A_log=_rand(2), dt_bias=_rand(2),
+                norm_weight=_rand(8), state_indices=torch.tensor([2, -1, 0]), eps=1e-6)
+
+
+VALID["gdn_decode_step"] = gdn_decode_step
+WRITES["gdn_decode_step"] = ("conv_states", "ssm_states")
+
+
+def test_gdn_decode_step_valid_call_runs():
+    """The positive control (registered after test_valid_call_runs was parametrized)."""
+    call = gdn_decode_step()
+    out = _C.ascendc_gdn_decode_step(**call)
+    assert out.shape == (3, 16) and bool(torch.isfinite(out).all()) and not out[1].any()
+
+
+def spec_decode_form(call):
+    call.update(state_indices=torch.tensor([[0, 1], [2, 3]]), query_start_loc=torch.tensor([0, 2, 3]),
+                num_accepted_tokens=torch.tensor([1, 2]))
+
+
+CASES += [
+    ("gdn_decode_step", "non-contiguous z", strided("z"), r"'z' must be contiguous"),
+    ("gdn_decode_step", "non-contiguous ssm_states", strided("ssm_states"), r"'ssm_states' must be contiguous"),
+    ("gdn_decode_step", "mixed_qkv float16", put("mixed_qkv", lambda t: t.to(F16)), r"'mixed_qkv' must be float32"),
+    ("gdn_decode_step", "mixed_qkv a channel short", put("mixed_qkv", lambda t: t[:, :-1].contiguous()),
+     r"'mixed_qkv' must be \[T, 2 Hk Dk \+ Hv Dv\]"),
+    ("gdn_decode_step", "conv_taps for another C", put("conv_taps", lambda t: t[:, :-2].contiguous()),
+     r"'conv_taps' must have shape \[4, 48\]"),
+    ("gdn_decode_step", "norm_weight one short", put("norm_weight", lambda t: t[:-1]),
+     r"'norm_weight' must have shape \[8\]"),
+    ("gdn_decode_step", "state index past the pool", put("state_indices", lambda t: torch.tensor([2, -1, 4])),
+     r"'state_indices' must be -1 or in \[0, 4\)"),
+    ("gdn_decode_step", "state_indices float", put("state_indices", lambda t: t.float()),
+     r"'state_indices' must be int32/int64"),
+    ("gdn_decode_step", "eps 0", put("eps", lambda t: 0.0), r"'eps' must be finite and > 0"),
+    ("gdn_decode_step", "spec without query_start_loc", many(spec_decode_form, put("query_start_loc", lambda t: None)),
+     r"needs both 'query_start_loc' and 'num_accepted_tokens'"),
+    ("gdn_decode_step", "spec query_start_loc short", many(spec_decode_form, put("query_start_loc", lambda t: t[:2])),
+     r"'query_start_loc' must have shape \[3\]"),
+    ("gdn_decode_step", "Dk 4096: no state tile fits the UB",
+     many(put("mixed_qkv", lambda t: torch.zeros(3, 2 * 4096 + 16)), put("conv_taps", lambda t: torch.zeros(4, 8208)),
+          put("conv_states", lambda t: torch.zeros(4, 3, 8208)), put("ssm_states", lambda t: torch.zeros(4, 2, 4096, 8))),
+     r"gdn_decode_step: .* does not fit the unified-buffer budget"),
+]
+
+
 @pytest.mark.parametrize("name,what,mutate,match", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_binding_rejects_bad_input_and_writes_nothing(name, what, mutate, match):
     call = VALID[name]()

@@ -35,6 +35,7 @@ def test_partial_backend_runs_the_model_with_device_fallback(text_checkpoint, ge
     """The model runs every op Ascend C implements on it (through the CPU stand-in
     here) and the rest on the device default, with the torch backend's greedy
     tokens and logprobs; the start-up summary names exactly the ops that ran on it."""
+    from qwen_ops.model.network import gdn
     from qwen_ops.model.network.backends import MODEL_OPS, backend_chooser
     from qwen_ops.ops import _backend
 
@@ -46,12 +47,17 @@ def test_partial_backend_runs_the_model_with_device_fallback(text_checkpoint, ge
     assert all(choose(op) == "ascendc" for op in served)
     prompts = [torch.randint(1, 256, (n,), generator=gen).tolist() for n in (3, 9)]
     runs, used = {}, set()
-    for backend in ("torch", "ascendc"):
+    # Ascend C twice: the decode rows op by op, and as one gdn_decode_step launch per layer (the default).
+    for backend, fused in (("torch", True), ("ascendc", False), ("ascendc", True)):
         llm = LLM(text_checkpoint, num_blocks=32, max_num_seqs=2, max_num_batched_tokens=6, backend=backend)
-        if backend == "ascendc":
+        if (backend, fused) == ("ascendc", False):  # recorded from the first Ascend C run on, over both
             used = record_backend_calls(monkeypatch)
-        runs[backend] = llm.generate(prompts, GREEDY)
-    # Every op the model called, and on which backend: exactly what the summary says.
+        previous = gdn.set_fused_gdn_decode(fused)
+        try:
+            runs[backend, fused] = llm.generate(prompts, GREEDY)
+        finally:
+            gdn.set_fused_gdn_decode(previous)
+    # Every op the model called (over both runs), and on which backend: exactly what the summary says.
     ran_on = {target.split(":")[1]: target.split(":")[0] for target in used}
     assert set(ran_on) == set(MODEL_OPS), "MODEL_OPS must list the ops a step calls"
     on_ascendc = {op for op, module in ran_on.items() if module == "ascendc_backend"}
@@ -64,7 +70,7 @@ def test_partial_backend_runs_the_model_with_device_fallback(text_checkpoint, ge
         head, _, tail = summary.partition("; device default for ")
         assert set(head.removeprefix("backend: ascendc for ").split(", ")) == on_ascendc
         assert set(tail.removesuffix(" (not implemented by ascendc)").split(", ")) == fallback
-    for ref, asc in zip(runs["torch"], runs["ascendc"]):
+    for ref, asc in [*zip(runs["torch", True], runs["ascendc", False]), *zip(runs["torch", True], runs["ascendc", True])]:
         assert asc.outputs[0].token_ids == ref.outputs[0].token_ids
         for ref_lp, asc_lp in zip(ref.outputs[0].logprobs, asc.outputs[0].logprobs):
             assert ref_lp.keys() == asc_lp.keys()

@@ -1,14 +1,18 @@
 """The model's GDN decode rows through one ``gdn_decode_step`` call per layer (``model/network/gdn.py``).
 
 The fused path must be what a CPU float32 step on the torch backend really takes (decode-only and mixed
-steps), give the op-by-op composition's tokens and logprobs, and stay off where another backend serves the ops.
+steps), give the op-by-op composition's tokens and logprobs, and stay off where a backend that serves the
+three decode ops does not serve the fused op. On the triton backend (its interpreter here) and the ascendc
+backend (the CPU stand-in) the one-launch kernels serve it, speculative verify rows included: greedy tokens
+equal the torch backend's.
 """
 import pytest
 import torch
 
 from qwen_ops import LLM, SamplingParams
 from qwen_ops.model.network import gdn
-from qwen_ops.ops.gdn.decode_step_op import gdn_decode_step_available
+from qwen_ops.ops._backend import IMPLEMENTATIONS, available_backends
+from qwen_ops.ops.gdn.decode_step.op import gdn_decode_step_available
 
 try:
     from qwen_ops import _C  # noqa: F401
@@ -30,9 +34,9 @@ def _run(checkpoint, prompts, fused, monkeypatch, **engine):
     calls = []
     real = gdn.gdn_decode_step
 
-    def counting(mixed_qkv, *args):
-        calls.append(mixed_qkv.shape[0])
-        return real(mixed_qkv, *args)
+    def counting(mixed_qkv, *args, **kwargs):
+        calls.append((mixed_qkv.shape[0], kwargs.get("backend"), kwargs.get("num_accepted_tokens") is not None))
+        return real(mixed_qkv, *args, **kwargs)
 
     monkeypatch.setattr(gdn, "gdn_decode_step", counting)
     previous = gdn.set_fused_gdn_decode(fused)
@@ -59,7 +63,47 @@ def test_fused_decode_matches_the_ops_one_by_one(text_checkpoint, gen, monkeypat
                                        atol=1e-4, rtol=0)
 
 
-def test_another_backend_keeps_the_ops(text_checkpoint, gen, monkeypatch):
-    """With the ops on the ascendc backend (the CPU stand-in) the fused torch-path kernel must not stand in for them."""
+FUSED_BACKENDS = [b for b in ("triton", "ascendc") if b in IMPLEMENTATIONS["gdn_decode_step"]
+                  and b in available_backends()]
+
+
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_one_launch_backends_give_the_torch_greedy_tokens(text_checkpoint, gen, monkeypatch, backend):
+    """Decode and mixed steps (max_num_batched_tokens 8: chunked prefills beside decode rows)."""
+    prompts = _prompts(gen, [9, 4])
+    params = SamplingParams(max_tokens=5, temperature=0, detokenize=False)
+    want = [o.outputs[0].token_ids for o in LLM(text_checkpoint, num_blocks=64, max_num_seqs=4,
+                                                max_num_batched_tokens=8).generate(prompts, params)]
+    calls = []
+    real = gdn.gdn_decode_step
+    monkeypatch.setattr(gdn, "gdn_decode_step", lambda *a, **kw: calls.append(kw["backend"]) or real(*a, **kw))
+    got = LLM(text_checkpoint, num_blocks=64, max_num_seqs=4, max_num_batched_tokens=8,
+              backend=backend).generate(prompts, params)
+    assert calls and set(calls) == {backend}
+    assert [o.outputs[0].token_ids for o in got] == want
+
+
+@pytest.mark.parametrize("backend", FUSED_BACKENDS)
+def test_one_launch_backends_serve_speculative_verify_rows(text_mtp_checkpoint, gen, monkeypatch, backend):
+    """MTP with 2 drafts: verify rows of 1 + k tokens go through the fused op's speculative form."""
+    prompts = _prompts(gen, [9, 5])
+    params = SamplingParams(max_tokens=4, temperature=0, detokenize=False)
+    engine = dict(num_blocks=32, block_size=4, max_num_seqs=3, max_num_batched_tokens=8)
+    want = [o.outputs[0].token_ids for o in LLM(text_mtp_checkpoint, **engine).generate(prompts, params)]
+    spec_calls = []
+    real = gdn.gdn_decode_step
+    monkeypatch.setattr(gdn, "gdn_decode_step", lambda *a, **kw: spec_calls.append(
+        kw.get("num_accepted_tokens") is not None) or real(*a, **kw))
+    got = LLM(text_mtp_checkpoint, speculative_config={"method": "mtp", "num_speculative_tokens": 2},
+              backend=backend, **engine).generate(prompts, params)
+    assert any(spec_calls)
+    assert [o.outputs[0].token_ids for o in got] == want
+
+
+def test_a_backend_without_the_fused_op_keeps_the_ops(text_checkpoint, gen, monkeypatch):
+    """With the ops on a backend that lacks ``gdn_decode_step`` the decode rows run op by op."""
+    served = dict(IMPLEMENTATIONS["gdn_decode_step"])
+    served.pop("ascendc", None)
+    monkeypatch.setitem(IMPLEMENTATIONS, "gdn_decode_step", served)
     _, calls = _run(text_checkpoint, _prompts(gen, [5]), True, monkeypatch, backend="ascendc")
     assert not calls

@@ -9,13 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qwen_ops.ops.gdn import decode_step_op, reference_decode_step
+from qwen_ops.ops.gdn.decode_step import op as decode_step_op, reference as reference_decode_step
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 try:
     from qwen_ops import _C  # noqa: F401
 except ImportError:  # a built extension without the kernel fails test_the_built_extension_has_the_kernel instead
     pytest.skip("qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)", allow_module_level=True)
+decode_step_op.gdn_decode_step_available()  # looked up before any trace, as the model does when imported
 
 F32 = torch.float32
 

@@ -98,13 +98,7 @@ class CausalConv1dUpdateKernel {
     ToFloat(sf, sRaw, t_.stateDtype, LocalTensor<half>(), (K - 1) * P);
 
     // acc = sum_k window[k] * w[:, k] (+ bias), in tap order.
-    Mul(acc, sf, wT, n);
-    for (uint32_t k = 1; k + 1 < K; ++k) {
-      Mul(tmp, sf[k * P], wT[k * P], n);
-      Add(acc, acc, tmp, n);
-    }
-    Mul(tmp, xf, wT[(K - 1) * P], n);
-    Add(acc, acc, tmp, n);
+    ConvWindow(acc, sf, xf, wT, tmp, K, P, n);
     if (t_.hasBias) Add(acc, acc, biasBuf_.Get<float>(), n);
     if (t_.silu) SiluInPlace(acc, tmp, n);
     WriteOut(outOff, acc, nc);
