@@ -106,9 +106,9 @@ class Scheduler:
         # Requests finished or aborted since the last schedule() (their ids go out in its finished_req_ids):
         # kept whole, so that rollback_step can take back one that a failed step finished.
         self._finished: dict[str, Request] = {}
-        # Failed steps in a row of each request rolled back by rollback_step and not stepped fine since (see
-        # there): such a request is admitted in a step that admits no other one of them.
-        self.step_failures: dict[str, int] = {}
+        # Each request rolled back by rollback_step that has not got past its failure since: (failed steps,
+        # the furthest cursor they reached). One such request at a time is admitted.
+        self.step_failures: dict[str, tuple[int, int]] = {}
         # Draft-model (MTP/EAGLE) drafts write KV past the scheduled tokens: reserve it.
         self.num_lookahead_tokens = config.num_speculative_tokens
         # vLLM leaves the budget it picked inside a compile setting; say it up front.
@@ -255,10 +255,10 @@ class Scheduler:
         threshold = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         # Whether a running request was mid-prefill (decides draft padding below).
         prefill_scheduled = False
-        # After a failed step: at most one of its rolled-back requests is admitted per step, so that a
-        # second failure is charged to that one, not to all of them again.
+        # After a failed step: one of its rolled-back requests at a time runs until it gets past its failure,
+        # so that a second failure is charged to that one, not to all of them again.
         step_failures = self.step_failures
-        admitted_retry = False
+        retry_running = bool(step_failures) and any(r.request_id in step_failures for r in self.running)
 
         # 1. Running requests, in running order. This loop runs for every running
         # request every step: it reads plain attributes and compares with `if`
@@ -379,9 +379,9 @@ class Scheduler:
                 break
             request = waiting.peek()
             if step_failures and request.request_id in step_failures:
-                if admitted_retry:
+                if retry_running:
                     break
-                admitted_retry = True
+                retry_running = True
             cached_blocks, num_cached = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_cached
             pad_drafts = False
@@ -685,13 +685,14 @@ class Scheduler:
         returns the ids of the requests it ended.
 
         Each request named in ``num_output_tokens`` (the step's requests) is charged one failed step
-        (``step_failures``; a fault fails the whole batch, so each of them is). It goes back to its prompt
+        (``step_failures``; a fault fails the whole batch, so each of them is); they count until the request
+        gets past the furthest point its failed steps reached (``step_succeeded``), so the re-prefill steps of
+        a retry do not break the row. It goes back to its prompt
         plus its first ``num_output_tokens[id]`` output tokens (what the engine recorded; later ones are
         dropped), with nothing computed and no pages or state row, to the front of the waiting queue in
-        serving order: preemption by recompute, so it re-prefills and goes on. Until it steps fine
-        (``step_succeeded``) it is admitted only in a step that admits no other such request, so a second
-        fault is charged to one of them at a time. At its ``max_consecutive_failures``-th failed step in a row
-        it ends instead with FINISHED_ERROR (finish reason "error") and is freed. A named request may be
+        serving order: preemption by recompute, so it re-prefills and goes on. It is admitted only while no
+        other such request runs, until it gets past them, so a second fault is charged to one of them at a
+        time (a poisoned request ends alone; the ones that failed with it come back one after another). At its ``max_consecutive_failures``-th failed step in a row it ends instead with FINISHED_ERROR (finish reason "error") and is freed. A named request may be
         running, waiting, finished by update_from_output in the step, or left half-admitted by a schedule()
         that raised. First the step's prefix-cache registrations are dropped: the pages the step wrote may be
         half-written, so no later hit may read them. Requests not named go on untouched.
@@ -729,9 +730,11 @@ class Scheduler:
         for request in kept:
             self.waiting.add(request)
         failures = self.step_failures
-        for request_id in named:
-            failures[request_id] = failures.get(request_id, 0) + 1
-        failed = {r for r in named if failures[r] >= max_consecutive_failures}
+        for request_id, request in named.items():
+            count, reached = failures.get(request_id, (0, 0))
+            # The cursor schedule() advanced to the failed step's end (or the one it had, if it raised first).
+            failures[request_id] = (count + 1, max(reached, request.num_computed_tokens))
+        failed = {r for r in named if failures[r][0] >= max_consecutive_failures}
         block_size = self.config.block_size
         for request in order:
             request_id = request.request_id
@@ -762,10 +765,13 @@ class Scheduler:
         return [r.request_id for r in order if r.request_id in failed]
 
     def step_succeeded(self, scheduler_output: SchedulerOutput) -> None:
-        """The step of ``scheduler_output`` completed (its outputs taken): its requests' failed steps are no
-        longer in a row (see rollback_step)."""
+        """The step of ``scheduler_output`` completed (its outputs taken): a request of it that got past the
+        furthest point its failed steps reached is no longer charged with them (see rollback_step)."""
+        failures, requests = self.step_failures, self.requests
         for request_id in scheduler_output.num_scheduled_tokens:
-            self.step_failures.pop(request_id, None)
+            charged = failures.get(request_id)
+            if charged is not None and requests[request_id].num_computed_tokens > charged[1]:
+                del failures[request_id]
 
 
 _INT = {int}
