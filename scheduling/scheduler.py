@@ -697,7 +697,8 @@ class Scheduler:
         that raised. First the step's prefix-cache registrations are dropped: the pages the step wrote may be
         half-written, so no later hit may read them. Requests not named go on untouched.
 
-        When schedule() raised (None), every unfinished request must be named (ValueError otherwise): no
+        Every request of the step that has not finished must be named (ValueError otherwise); when
+        schedule() raised (None), every unfinished request (ValueError otherwise): no
         request holds a page afterwards, so the pool's blocks and the state rows are reclaimed whole,
         including any the raise left taken but given to nobody. Raises ValueError for an unknown id or a
         count outside [0, the request's output tokens], before changing anything.
@@ -715,6 +716,10 @@ class Scheduler:
                 max_consecutive_failures < 1:
             raise ValueError(f"rollback_step: max_consecutive_failures must be an int >= 1, got "
                              f"{max_consecutive_failures!r}")
+        left_out = [r for r in (scheduler_output.num_scheduled_tokens if scheduler_output is not None else ())
+                    if r in self.requests and r not in named]
+        if left_out:
+            raise ValueError(f"rollback_step: requests {left_out} ran in the failed step and must be rolled back")
         if scheduler_output is None and self.requests.keys() - named.keys():
             raise ValueError(f"rollback_step: schedule() raised, so every unfinished request must be rolled back; "
                              f"missing {sorted(self.requests.keys() - named.keys())}")

@@ -4,10 +4,12 @@ A step is all or nothing: when any stage of it raises (scheduling, the forward, 
 applying the sampled tokens, building the outputs), the engine rolls the step's requests back as
 preemption by recompute does (``Scheduler.rollback_step``, ``ModelRunner.discard_step``): their pages are
 freed (the failed forward may have half-written them, so nothing it registered in the prefix cache stays
-reachable), their tokens so far are kept, and they re-prefill and go on at a later step. A request whose
-step fails ``MAX_CONSECUTIVE_STEP_FAILURES`` times in a row (no successful step of it in between) ends
-instead with ``finish_reason="error"``. Then the engine raises ``StepFailedError`` once, from the
-original exception; the next ``step()`` serves on.
+reachable), their tokens so far are kept, and they re-prefill and go on at a later step. A request charged
+with ``MAX_CONSECUTIVE_STEP_FAILURES`` failed steps in a row (its re-prefill does not break the row: only
+getting past where it failed does) ends instead with ``finish_reason="error"``; rolled-back requests come
+back one at a time, so a second fault is charged to one of them. Then the engine raises
+``StepFailedError`` once, from the original exception; the next ``step()`` serves on (docs/engine.md,
+"When a step fails").
 """
 from __future__ import annotations
 

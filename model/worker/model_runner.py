@@ -189,6 +189,8 @@ class ModelRunner:
             self.sampling.pop(request_id, None)
             if self.spec is not None:
                 self.spec.forget(request_id)
+            if self.gdn_pages is not None:  # here too, not only in lay_out: a step of no tokens lays out nothing
+                self.gdn_pages.forget(request_id)
         if out.total_num_scheduled_tokens == 0:
             return ModelRunnerOutput()
         prepared = self.input_batch.prepare(out)

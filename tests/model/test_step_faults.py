@@ -45,24 +45,28 @@ def make_prompts(seed: int = 5) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def engines(request):
-    """One engine per config, shared by the cases (each leaves it empty; what they cache stays, a harder test),
-    and each config's tokens of each prompt served alone on it first."""
+    """Per config, the engine the cases share (each leaves it empty; what they cached stays) and a reference
+    engine of the same config serving each case's prompts alone: engines(name) -> (llm, solo(prompts))."""
     cache = {}
 
     def get(name):
         if name not in cache:
             checkpoint = request.getfixturevalue("text_mtp_checkpoint" if name == "mtp" else "text_checkpoint")
-            llm = LLM(checkpoint, **ENGINE, **CONFIGS[name])
-            cache[name] = llm, [llm.generate([p], GREEDY)[0].outputs[0].token_ids for p in make_prompts()]
+            llm, reference = (LLM(checkpoint, **ENGINE, **CONFIGS[name]) for _ in range(2))
+
+            def solo(prompts):
+                return [reference.generate([p], GREEDY)[0].outputs[0].token_ids for p in prompts]
+
+            cache[name] = llm, solo
         return cache[name]
 
     return get
 
 
-def drive(llm, injector, stage):
+def drive(llm, injector, stage, prompts):
     """Serve r0, r1, r2; one fault on r1 at ``stage``, then two in a row on r2. Returns outputs and failures."""
     engine = llm.llm_engine
-    for i, prompt in enumerate(make_prompts()):
+    for i, prompt in enumerate(prompts):
         engine.add_request(prompt, GREEDY, f"r{i}")
     injector.arm(stage, "r1")
     outputs, failures = {}, []
@@ -105,10 +109,12 @@ CASES = [(stage, name) for stage in STAGES for name in CONFIGS if stage != "draf
 
 @pytest.mark.parametrize("stage,name", CASES)
 def test_a_fault_at_any_stage_leaves_the_engine_correct(engines, stage, name):
-    llm, solo = engines(name)
+    llm, reference = engines(name)
+    prompts = make_prompts(seed=STAGES.index(stage))  # new to the engine's prefix cache: the faults hit its writes
+    solo = reference(prompts)
     injector = FaultInjector(llm.llm_engine)
     try:
-        outputs, failures = drive(llm, injector, stage)
+        outputs, failures = drive(llm, injector, stage, prompts)
     finally:
         injector.close()
 
@@ -132,15 +138,16 @@ def test_a_fault_at_any_stage_leaves_the_engine_correct(engines, stage, name):
     assert_nothing_left(llm)
 
     # Nothing a failed step wrote is reachable from the prefix cache: served again, the prompts give the same.
-    again = llm.generate(make_prompts(), GREEDY)
+    again = llm.generate(prompts, GREEDY)
     assert [o.outputs[0].token_ids for o in again] == solo
     assert_nothing_left(llm)
 
 
 def test_generate_returns_every_request_and_the_errored_one(engines):
     """LLM.generate goes on after a failed step: a request hit twice comes back with "error", the rest whole."""
-    llm, expected = engines("plain")
+    llm, reference = engines("plain")
     prompts = make_prompts()
+    expected = reference(prompts)
     engine = llm.llm_engine
     forward, failed = engine.model_runner._forward, []
 
