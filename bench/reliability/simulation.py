@@ -9,9 +9,12 @@ drafting, update, output). The page pool is small, so requests are preempted. Th
 * every request that finishes normally ("stop", "length") gives exactly the tokens of the same request served
   alone on a reference engine: greedy tokens are batch-, chunking-, preemption- and retry-invariant in
   float32 here, and the float32 configs (prefix caching off or on, MTP or not) all give the target's greedy
-  tokens, so one float32 reference serves them; an INT8-KV config is compared with a reference engine of the
-  same config (the same scales; a token's K/V quantise the same however the step is laid out, unless a value
-  sits on a rounding edge, which these runs would show as a mismatch);
+  tokens, so one float32 reference serves them. An INT8-KV config is compared with a reference engine of
+  the same config with the same restarts: a request rolled back or preempted re-prefills its prompt and the
+  tokens it had, so those positions' K/V are quantised from prefill-computed values rather than the decode's,
+  which may differ by one INT8 step (a rounding edge), enough to flip a near tie later (seen: one token in
+  one of these runs). So its tokens from each restart point on must equal the reference serving the prompt
+  plus the tokens it had there as one prompt (exactly what the engine does after a restart);
 * an aborted or errored request's tokens are a prefix of its solo tokens;
 * a request ends with "error" only if failed steps touched it at least ``max_consecutive_step_failures`` times;
 * every failed step raised ``StepFailedError`` once (one per injected fault that fired, no other);
@@ -24,6 +27,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import torch
 from fault_injection import STAGES, FaultInjector, InjectedFault
 
 from qwen_ops import SamplingParams
@@ -75,6 +79,16 @@ class Reference:
         self.llm = llm
         self.tokens: dict[tuple, list[int]] = {}
 
+    def continued(self, prompt: list[int], got: list[int], max_tokens: int, restarts: list[int]) -> list[int]:
+        """What the reference gives with the engine's restarts: from each restart point p on, the prompt plus
+        the first p tokens served as one prompt (the tokens before p as ``got`` has them)."""
+        expected = []
+        points = sorted({0, *(p for p in restarts if p < len(got))})
+        for i, point in enumerate(points):
+            end = points[i + 1] if i + 1 < len(points) else max_tokens
+            expected[point:] = self(prompt + got[:point], max_tokens - point)[:end - point]
+        return expected
+
     def __call__(self, prompt: list[int], max_tokens: int) -> list[int]:
         key = (tuple(prompt), max_tokens)
         if key not in self.tokens:
@@ -102,6 +116,9 @@ def simulate(llm, reference: Reference, config: str, seed: int, steps: int, *, a
     injector = FaultInjector(engine)
     live: dict[str, tuple[list[int], int]] = {}  # request id -> (prompt, max_tokens)
     touched: dict[str, int] = {}  # request id -> failed steps that touched it
+    # INT8: request id -> its output counts at each restart (rollback or preemption), and its preemptions.
+    restarts: dict[str, list[int]] | None = {} if engine.kv_cache_dtype == torch.int8 else None
+    preemptions: dict[str, int] = {}
     first_step = len(engine.step_stats)
     counter = 0
     try:
@@ -121,7 +138,7 @@ def simulate(llm, reference: Reference, config: str, seed: int, steps: int, *, a
                     victim = rng.choice(sorted(live))
                     if engine.abort_request(victim):
                         _check_ended(engine._output(victim, forget=True), live.pop(victim), reference, touched,
-                                     engine.max_consecutive_step_failures, report)
+                                     engine.max_consecutive_step_failures, report, restarts)
                 if injector.armed is not None and injector.armed[1] is not None and injector.armed[1] not in live:
                     injector.armed = None  # its target ended before the fault fired
                 if injector.armed is None and live and rng.random() < fault_rate:
@@ -139,13 +156,20 @@ def simulate(llm, reference: Reference, config: str, seed: int, steps: int, *, a
                     report.problems.append(f"step {step}: StepFailedError without one injected fault")
                 for request_id in failure.request_ids:
                     touched[request_id] = touched.get(request_id, 0) + 1
+                    if restarts is not None:
+                        restarts.setdefault(request_id, []).append(len(engine._tracked[request_id].token_ids))
                 continue
+            if restarts is not None:
+                for request_id, request in scheduler.requests.items():
+                    if request.num_preemptions != preemptions.get(request_id, 0):
+                        preemptions[request_id] = request.num_preemptions
+                        restarts.setdefault(request_id, []).append(len(engine._tracked[request_id].token_ids))
             if len(injector.fired) != fired_before:
                 report.problems.append(f"step {step}: an injected fault fired but the step did not fail")
             for output in outputs:
                 if output.finished:
                     _check_ended(engine._output(output.request_id, forget=True), live.pop(output.request_id),
-                                 reference, touched, engine.max_consecutive_step_failures, report)
+                                 reference, touched, engine.max_consecutive_step_failures, report, restarts)
         else:
             report.problems.append("the engine did not finish its requests")
     finally:
@@ -158,10 +182,14 @@ def simulate(llm, reference: Reference, config: str, seed: int, steps: int, *, a
     return report
 
 
-def _check_ended(output, request, reference: Reference, touched: dict, limit: int, report: Report) -> None:
+def _check_ended(output, request, reference: Reference, touched: dict, limit: int, report: Report,
+                 restarts: dict | None) -> None:
     prompt, max_tokens = request
     got, reason = output.outputs[0].token_ids, output.outputs[0].finish_reason
-    solo = reference(prompt, max_tokens)
+    if restarts is None:
+        solo = reference(prompt, max_tokens)
+    else:  # INT8: with the same restarts (see the module docstring)
+        solo = reference.continued(prompt, got, max_tokens, restarts.get(output.request_id, []))
     report.cache_hit_tokens += output.num_cached_tokens
     if reason in ("stop", "length"):
         report.finished += 1

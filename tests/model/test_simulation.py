@@ -13,7 +13,9 @@ from simulation import CONFIGS, POOL, REFERENCE, Reference, simulate  # noqa: E4
 
 from qwen_ops import LLM  # noqa: E402
 
-SEEDS = {"none": [1], "align": [2], "none-mtp": [3], "align-mtp": [4], "int8-align": [5]}
+# Seeds whose runs hit what a wrong rollback breaks (align seed 0 mismatches when a failed step's cache
+# registrations are kept).
+SEEDS = {"none": [1], "align": [0], "none-mtp": [3], "align-mtp": [4], "int8-align": [3]}
 STEPS = 40
 
 
