@@ -19,9 +19,6 @@ from __future__ import annotations
 import torch
 
 STAGES = ("schedule", "forward", "sampling", "drafting", "update", "output")
-# The stage StepFailedError names for each injected stage (the model runner's names for its parts).
-REPORTED_STAGE = {"schedule": "schedule", "forward": "forward", "sampling": "sampling", "drafting": "drafting",
-                  "update": "update", "output": "output"}
 
 GARBAGE = 3.0  # what a failed forward leaves in the pages it wrote: finite (masked slots stay harmless), wrong
 
