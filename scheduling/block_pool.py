@@ -25,6 +25,9 @@ class BlockPool:
         # hash -> blocks holding that content, oldest first. Two requests that
         # compute the same prefix at once each get their own block.
         self.cached: dict[bytes, dict[int, None]] = {}
+        # Blocks registered since begin_step(): their contents are written by that step, so a failed step's
+        # registrations are taken back (drop_step_registrations) before anyone can hit them.
+        self.registered_in_step: list[int] = []
 
     @property
     def num_free_blocks(self) -> int:
@@ -72,6 +75,34 @@ class BlockPool:
             return
         self.block_hash[block] = block_hash
         self.cached.setdefault(block_hash, {})[block] = None
+        self.registered_in_step.append(block)
+
+    def begin_step(self) -> None:
+        """A step starts: registrations from now on are its own."""
+        self.registered_in_step.clear()
+
+    def drop_step_registrations(self) -> None:
+        """Unregister every block registered since begin_step() (a failed step: their contents may be
+        half-written). A block registered and then evicted in the step has no hash left, or one the step
+        registered again; either way it is dropped. The blocks stay with their owners; freed, they go to
+        the front of the free queue, as blocks without a hash do."""
+        for block in self.registered_in_step:
+            if self.block_hash[block] is not None:
+                self._uncache(block)
+        self.registered_in_step.clear()
+
+    def reclaim_all(self) -> None:
+        """Make every block free again; only when no request holds one. Blocks that are not free then
+        (taken from the free queue by a step that raised before giving them to a request) are given back,
+        uncached; cached free blocks keep their entries."""
+        queue = self.free_queue
+        for block in range(1, self.num_blocks):
+            if self.ref_cnt[block] != 0 or block not in queue:
+                if self.block_hash[block] is not None:
+                    self._uncache(block)
+                self.ref_cnt[block] = 0
+                queue[block] = None
+                queue.move_to_end(block, last=False)
 
     def lookup(self, block_hash: bytes) -> int | None:
         """Return the oldest block cached under `block_hash`, or None."""

@@ -46,7 +46,7 @@ class GdnStateColumns:
         self._column: dict[str, int] = {}
 
     def forget(self, request_id: str) -> None:
-        """Drop a request the scheduler never saw finish (one run outside it, as an engine's warm-up)."""
+        """Drop a request's column (it finished or was rolled back, or ran outside the scheduler, as the warm-up)."""
         self._column.pop(request_id, None)
 
     def plan(self, out: SchedulerOutput) -> GdnStateStep:

@@ -233,6 +233,7 @@ class HybridKVCacheManager:
         return self.pool.num_free_blocks
 
     def new_step_starts(self) -> None:
+        self.pool.begin_step()
         for group in self.gdn_groups:
             group.cached_this_step.clear()
 

@@ -45,6 +45,9 @@ class KVCacheManager:
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks
 
+    def new_step_starts(self) -> None:
+        self.pool.begin_step()
+
     def update_block_hashes(self, request: Request) -> None:
         """Hash every newly completed full block of the request's tokens."""
         if self.enable_caching:

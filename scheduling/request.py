@@ -13,6 +13,7 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "finished_stopped"  # EOS or a stop token
     FINISHED_LENGTH_CAPPED = "finished_length_capped"  # max_tokens or max_model_len
     FINISHED_ABORTED = "finished_aborted"
+    FINISHED_ERROR = "finished_error"  # its steps failed too often (Scheduler.rollback_step)
 
     @property
     def is_finished(self) -> bool:
@@ -20,15 +21,17 @@ class RequestStatus(enum.Enum):
 
     @property
     def finish_reason(self) -> str | None:
-        """The OpenAI-style reason: "stop", "length", "abort", or None while unfinished."""
+        """The OpenAI-style reason: "stop", "length", "abort", "error", or None while unfinished."""
         return _FINISH_REASONS.get(self)
 
 
-_FINISHED = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_ABORTED}
+_FINISHED = {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_ABORTED,
+             RequestStatus.FINISHED_ERROR}
 _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH_CAPPED: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
 }
 
 

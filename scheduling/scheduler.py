@@ -103,7 +103,12 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
-        self._finished_req_ids: set[str] = set()
+        # Requests finished or aborted since the last schedule() (their ids go out in its finished_req_ids):
+        # kept whole, so that rollback_step can take back one that a failed step finished.
+        self._finished: dict[str, Request] = {}
+        # Each request rolled back by rollback_step that has not got past its failure since: (failed steps,
+        # the furthest cursor they reached). One such request at a time is admitted.
+        self.step_failures: dict[str, tuple[int, int]] = {}
         # Draft-model (MTP/EAGLE) drafts write KV past the scheduled tokens: reserve it.
         self.num_lookahead_tokens = config.num_speculative_tokens
         # vLLM leaves the budget it picked inside a compile setting; say it up front.
@@ -245,12 +250,15 @@ class Scheduler:
         priority = cfg.policy == "priority"
         was_prefill_chunk: dict[str, bool] = {}  # priority: restored if a scheduled request is preempted
         align = self.align_gdn_chunks
-        if align:
-            kv_cache.new_step_starts()
+        kv_cache.new_step_starts()
         # A long prompt may not hog the step only when someone else wants tokens too.
         threshold = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         # Whether a running request was mid-prefill (decides draft padding below).
         prefill_scheduled = False
+        # After a failed step: one of its rolled-back requests at a time runs until it gets past its failure,
+        # so that a second failure is charged to that one, not to all of them again.
+        step_failures = self.step_failures
+        retry_running = bool(step_failures) and any(r.request_id in step_failures for r in self.running)
 
         # 1. Running requests, in running order. This loop runs for every running
         # request every step: it reads plain attributes and compares with `if`
@@ -370,6 +378,10 @@ class Scheduler:
             if len(running) >= cfg.max_num_seqs:
                 break
             request = waiting.peek()
+            if step_failures and request.request_id in step_failures:
+                if retry_running:
+                    break
+                retry_running = True
             cached_blocks, num_cached = self.kv_cache.get_computed_blocks(request)
             num_new = request.num_tokens - num_cached
             pad_drafts = False
@@ -432,7 +444,7 @@ class Scheduler:
         # Batch order, the order of num_scheduled: the running requests kept, then the admitted ones.
         self._record_admitted(admitted, num_scheduled, spec_tokens, token_ids, block_ids, group_block_ids,
                               state_slots, sampling)
-        finished, self._finished_req_ids = self._finished_req_ids, set()
+        finished, self._finished = set(self._finished), {}
         return SchedulerOutput(
             num_scheduled_tokens=num_scheduled,
             # Every scheduled token was taken from the budget (and a preempted victim's given back).
@@ -660,8 +672,111 @@ class Scheduler:
     def _free(self, request: Request) -> None:
         """Release a finished request and forget it."""
         self._release_resources(request)
-        self._finished_req_ids.add(request.request_id)
+        self._finished[request.request_id] = request
         del self.requests[request.request_id]
+        if self.step_failures:
+            self.step_failures.pop(request.request_id, None)
+
+    # ------------------------------------------------------------ a failed step
+
+    def rollback_step(self, scheduler_output: SchedulerOutput | None, num_output_tokens: dict[str, int],
+                      max_consecutive_failures: int) -> list[str]:
+        """Undo a step that raised, after schedule() (``scheduler_output``: its output) or inside it (None);
+        returns the ids of the requests it ended.
+
+        Each request named in ``num_output_tokens`` (the step's requests) is charged one failed step
+        (``step_failures``; a fault fails the whole batch, so each of them is); they count until the request
+        gets past the furthest point its failed steps reached (``step_succeeded``), so the re-prefill steps of
+        a retry do not break the row. It goes back to its prompt
+        plus its first ``num_output_tokens[id]`` output tokens (what the engine recorded; later ones are
+        dropped), with nothing computed and no pages or state row, to the front of the waiting queue in
+        serving order: preemption by recompute, so it re-prefills and goes on. It is admitted only while no
+        other such request runs, until it gets past them, so a second fault is charged to one of them at a
+        time (a poisoned request ends alone; the ones that failed with it come back one after another). At its ``max_consecutive_failures``-th failed step in a row it ends instead with FINISHED_ERROR (finish reason "error") and is freed. A named request may be
+        running, waiting, finished by update_from_output in the step, or left half-admitted by a schedule()
+        that raised. First the step's prefix-cache registrations are dropped: the pages the step wrote may be
+        half-written, so no later hit may read them. Requests not named go on untouched.
+
+        Every request of the step that has not finished must be named (ValueError otherwise); when
+        schedule() raised (None), every unfinished request (ValueError otherwise): no
+        request holds a page afterwards, so the pool's blocks and the state rows are reclaimed whole,
+        including any the raise left taken but given to nobody. Raises ValueError for an unknown id or a
+        count outside [0, the request's output tokens], before changing anything.
+        """
+        named: dict[str, Request] = {}
+        for request_id, count in num_output_tokens.items():
+            request = self.requests.get(request_id) or self._finished.get(request_id)
+            if request is None:
+                raise ValueError(f"rollback_step: request {request_id!r} is unknown to the scheduler")
+            if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= request.num_output_tokens:
+                raise ValueError(f"rollback_step: num_output_tokens[{request_id!r}] must be an int in "
+                                 f"[0, {request.num_output_tokens}], got {count!r}")
+            named[request_id] = request
+        if isinstance(max_consecutive_failures, bool) or not isinstance(max_consecutive_failures, int) or \
+                max_consecutive_failures < 1:
+            raise ValueError(f"rollback_step: max_consecutive_failures must be an int >= 1, got "
+                             f"{max_consecutive_failures!r}")
+        left_out = [r for r in (scheduler_output.num_scheduled_tokens if scheduler_output is not None else ())
+                    if r in self.requests and r not in named]
+        if left_out:
+            raise ValueError(f"rollback_step: requests {left_out} ran in the failed step and must be rolled back")
+        if scheduler_output is None and self.requests.keys() - named.keys():
+            raise ValueError(f"rollback_step: schedule() raised, so every unfinished request must be rolled back; "
+                             f"missing {sorted(self.requests.keys() - named.keys())}")
+        self.kv_cache.pool.drop_step_registrations()
+        order, seen = [], set()  # serving order: running, then waiting, then the others
+        for request in chain(self.running, self.waiting, named.values()):
+            if request.request_id in named and request.request_id not in seen:
+                seen.add(request.request_id)
+                order.append(request)
+        self.running = [r for r in self.running if r.request_id not in named]
+        kept = [r for r in self.waiting if r.request_id not in named]
+        self.waiting = make_waiting_queue(self.config.policy)
+        for request in kept:
+            self.waiting.add(request)
+        failures = self.step_failures
+        for request_id, request in named.items():
+            count, reached = failures.get(request_id, (0, 0))
+            # The cursor schedule() advanced to the failed step's end (or the one it had, if it raised first).
+            failures[request_id] = (count + 1, max(reached, request.num_computed_tokens))
+        failed = {r for r in named if failures[r][0] >= max_consecutive_failures}
+        block_size = self.config.block_size
+        for request in order:
+            request_id = request.request_id
+            self._finished.pop(request_id, None)
+            self.requests[request_id] = request
+            self._release_resources(request)
+            keep = request.num_prompt_tokens + num_output_tokens[request_id]
+            del request.all_token_ids[keep:]
+            del request.block_hashes[keep // block_size:]
+            request.num_computed_tokens = 0
+            request.spec_token_ids = []
+            request.is_prefill_chunk = False
+            request.stop_reason = None
+            request.shared_prefix_boundary = 0
+            self._set_plain_token_bounds(request)
+            request.status = RequestStatus.PREEMPTED
+        for request in order:
+            if request.request_id in failed:
+                request.status = RequestStatus.FINISHED_ERROR
+                self._free(request)
+        for request in reversed(order):
+            if request.request_id not in failed:
+                self.waiting.prepend(request)
+        if scheduler_output is None:
+            self.kv_cache.pool.reclaim_all()
+            if self.state_rows is not None:
+                self.state_rows.reclaim_all()
+        return [r.request_id for r in order if r.request_id in failed]
+
+    def step_succeeded(self, scheduler_output: SchedulerOutput) -> None:
+        """The step of ``scheduler_output`` completed (its outputs taken): a request of it that got past the
+        furthest point its failed steps reached is no longer charged with them (see rollback_step)."""
+        failures, requests = self.step_failures, self.requests
+        for request_id in scheduler_output.num_scheduled_tokens:
+            charged = failures.get(request_id)
+            if charged is not None and requests[request_id].num_computed_tokens > charged[1]:
+                del failures[request_id]
 
 
 _INT = {int}

@@ -36,3 +36,8 @@ class StateSlotPool:
     def free(self, slot: int) -> None:
         """Give a slot back."""
         self._free.append(slot)
+
+    def reclaim_all(self) -> None:
+        """Make every slot free again; only when no request holds one (a failed schedule() may have
+        taken one and given it to nobody)."""
+        self._free = list(range(self.num_slots - 1, -1, -1))

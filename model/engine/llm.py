@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Sequence
 from ..sample.sampling import SamplingParams
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput, StreamOutput
+from .step_failure import StepFailedError
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "StreamOutput"]
 
@@ -75,14 +76,25 @@ class LLM:
         return [engine.add_request(ids if text is None else text, s) for text, ids, s in prepared]
 
     def _run_until_done(self, request_ids: list[str]) -> Iterator[list[RequestOutput]]:
-        """Step until every request of ``request_ids`` ended; yields each step's outputs of those requests."""
+        """Step until every request of ``request_ids`` ended; yields each step's outputs of those requests.
+
+        A step that fails (``StepFailedError``) was rolled back by the engine: it is logged and stepping
+        goes on, so a request hit by a fault is retried, and one whose steps fail repeatedly comes back
+        with finish_reason "error" instead of failing the whole batch. A failure that touched no request
+        (nothing to retry) is raised."""
         engine = self.llm_engine
         ours, pending = set(request_ids), set(request_ids)
         try:
             while pending:
                 if not engine.has_unfinished_requests():
                     raise RuntimeError(f"requests {sorted(pending)} are neither running nor waiting")
-                outputs = [o for o in engine.step() if o.request_id in ours]
+                try:
+                    step_outputs = engine.step()
+                except StepFailedError as failure:
+                    if not failure.request_ids:
+                        raise
+                    continue  # rolled back (the engine logged it): its requests are retried or ended
+                outputs = [o for o in step_outputs if o.request_id in ours]
                 yield outputs
                 pending -= {o.request_id for o in outputs if o.finished}
                 pending -= {r for r in pending if engine.is_finished(r)}  # aborted
@@ -101,7 +113,10 @@ class LLM:
         """Generate for every prompt (text or token ids); outputs in prompt order.
 
         Every prompt is checked before any is queued, so a bad one raises
-        ``ValueError``/``TypeError`` and leaves the engine serving as before.
+        ``ValueError``/``TypeError`` and leaves the engine serving as before. A fault inside a step does not
+        fail the call: the engine rolls the step back and its requests are retried; one whose steps fail
+        ``max_consecutive_step_failures`` times in a row is returned with finish_reason "error" and the
+        tokens it had (``step_failure.py``).
         """
         ids = self._add_all(prompts, sampling_params)
         bar = None

@@ -40,10 +40,11 @@ from ..sample.sampling import SamplingParams
 from ..worker.model_runner import ModelRunner
 from .engine_config import EngineConfig
 from .outputs import CompletionOutput, RequestOutput, StepStats
+from .step_failure import MAX_CONSECUTIVE_STEP_FAILURES, StepFailedError
 
 logger = logging.getLogger("qwen_ops.engine")
 
-__all__ = ["LLMEngine", "EngineConfig"]
+__all__ = ["LLMEngine", "EngineConfig", "StepFailedError"]
 
 
 @dataclass
@@ -127,6 +128,9 @@ class LLMEngine:
             ``budget_summary()`` says which and counts the INT8 weights' bytes.
     """
 
+    # A request whose steps fail this many times in a row ends with finish_reason "error" (``step_failure.py``).
+    max_consecutive_step_failures = MAX_CONSECUTIVE_STEP_FAILURES
+
     def __init__(self, model: str | os.PathLike | EngineConfig | None = None, *args, **kwargs):
         # The arguments are checked and resolved, and the memory planned, before anything is built.
         if isinstance(model, EngineConfig):
@@ -168,6 +172,9 @@ class LLMEngine:
         self.model_runner.token_at = lambda request_id, position: \
             self.scheduler.requests[request_id].all_token_ids[position]
         self._tracked: dict[str, _Tracked] = {}
+        # Requests that ended in a failed step (with "error", or finished before it failed), whose outputs
+        # the next step gives (``step_failure.py``).
+        self._undelivered: list[str] = []
         self.step_stats: list[StepStats] = []
         self.trace = False
         self.model_runner.warm_up()
@@ -320,7 +327,8 @@ class LLMEngine:
         return True
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        """Whether a request is waiting or running, or ended in a failed step with its output not given yet."""
+        return self.scheduler.has_unfinished_requests() or bool(self._undelivered)
 
     # ------------------------------------------------------------------- step
 
@@ -331,23 +339,84 @@ class LLMEngine:
         in this step (its tokens so far; ``finished`` tells which), as vLLM's
         ``LLMEngine.step()``. A finished request's record stays until its output
         is taken with ``_output(request_id, forget=True)`` (``generate``/``stream`` do).
+
+        A step is all or nothing: if any stage raises, the step's requests are rolled back (retried from a
+        re-prefill, or ended with finish_reason "error" after ``max_consecutive_step_failures`` failed steps
+        in a row) and ``StepFailedError`` is raised from the original exception, once; the next step
+        serves on and its list starts with the outputs of the requests that ended in the failed step.
         """
         start = time.perf_counter()
-        scheduler_output = self.scheduler.schedule()
-        for request_id, hit in scheduler_output.num_cached_tokens.items():
-            tracked = self._tracked.get(request_id)
-            if tracked is not None and tracked.num_cached_tokens is None:
-                tracked.num_cached_tokens = hit  # vLLM keeps the first admission's hit, not a resumed one's
-        runner_output = self.model_runner.execute(scheduler_output)
-        if scheduler_output.total_num_scheduled_tokens == 0:
-            return []
-        results = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
-        if runner_output.draft_token_ids:
-            self.scheduler.update_draft_token_ids(runner_output.draft_token_ids)
+        stage, scheduler_output = "schedule", None
+        try:
+            scheduler_output = self.scheduler.schedule()
+            for request_id, hit in scheduler_output.num_cached_tokens.items():
+                tracked = self._tracked.get(request_id)
+                if tracked is not None and tracked.num_cached_tokens is None:
+                    tracked.num_cached_tokens = hit  # vLLM keeps the first admission's hit, not a resumed one's
+            stage = "execute"
+            runner_output = self.model_runner.execute(scheduler_output)
+            changed = []
+            if scheduler_output.total_num_scheduled_tokens:
+                stage = "update"
+                results = self.scheduler.update_from_output(scheduler_output, runner_output.sampled_token_ids)
+                if runner_output.draft_token_ids:
+                    self.scheduler.update_draft_token_ids(runner_output.draft_token_ids)
+                stage = "output"
+                now = time.perf_counter()
+                changed = [self._apply(result, runner_output.logprobs, now) for result in results]
+            outputs = [self._output(request_id, forget=False) for request_id in (*self._undelivered, *changed)]
+        except Exception as error:
+            raise self._fail_step(scheduler_output, self.model_runner.stage if stage == "execute" else stage,
+                                  error) from error
+        self._undelivered = []
+        if self.scheduler.step_failures:  # after a failed step: its requests that stepped fine now
+            self.scheduler.step_succeeded(scheduler_output)
+        if scheduler_output.total_num_scheduled_tokens:
+            self._record(scheduler_output, runner_output, time.perf_counter() - start)
+        return outputs
+
+    def _fail_step(self, scheduler_output, stage: str, error: Exception) -> StepFailedError:
+        """Roll back a step that raised at ``stage`` (``scheduler_output``: None if schedule() raised) and
+        return the StepFailedError that says so.
+
+        The requests it touched are the step's scheduled ones that have not ended (all unfinished ones when
+        scheduling raised). Each drops what the step gave it (a sampled token applied before the raise
+        included: its generator is rewound too, so a retry draws it again) and is rolled back by the
+        scheduler and the model runner, or ends with "error" on its ``max_consecutive_step_failures``-th
+        failed step in a row. Requests the step finished before it raised keep their end; their outputs,
+        and those of the errored ones, open the next step's list."""
+        tracked = self._tracked
+        if scheduler_output is None:
+            touched = list(self.scheduler.requests)
+            ended = []
+        else:
+            scheduled = scheduler_output.num_scheduled_tokens
+            touched = [r for r in scheduled if r in tracked and tracked[r].finish_reason is None]
+            ended = [r for r in scheduled if r in tracked and tracked[r].finish_reason is not None]
+        num_outputs = {}
+        for request_id in touched:
+            record = tracked[request_id]
+            keep = len(record.token_ids)
+            if scheduler_output is not None and request_id in scheduler_output.sampling_req_ids:
+                # Its tokens before the step: the step's known tokens end there (drafts come after them).
+                known_end = (scheduler_output.num_computed_tokens[request_id] + scheduled[request_id]
+                             - len(scheduler_output.scheduled_spec_decode_tokens.get(request_id, ())))
+                keep = min(keep, known_end - len(record.prompt_token_ids))
+            del record.token_ids[keep:]
+            if record.logprobs is not None:
+                del record.logprobs[keep:]
+            if not record.token_ids:
+                record.first_token_time = None
+            num_outputs[request_id] = keep
+        errored = self.scheduler.rollback_step(scheduler_output, num_outputs, self.max_consecutive_step_failures)
+        self.model_runner.discard_step(scheduler_output, touched)
         now = time.perf_counter()
-        changed = [self._apply(result, runner_output.logprobs, now) for result in results]
-        self._record(scheduler_output, runner_output, now - start)
-        return [self._output(request_id, forget=False) for request_id in changed]
+        for request_id in errored:
+            tracked[request_id].finish_reason, tracked[request_id].finish_time = "error", now
+        self._undelivered += [r for r in (*ended, *errored) if r not in self._undelivered]
+        logger.warning("engine step failed at %r: %s: %s; retrying %d request(s), ended %s with 'error'",
+                       stage, type(error).__name__, error, len(touched) - len(errored), errored)
+        return StepFailedError(stage, touched, errored, error)
 
     def _apply(self, result, logprobs: dict, now: float) -> str:
         """Record one request's new tokens and end; returns its id."""

@@ -11,7 +11,7 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None  # "stop", "length" or "abort"
+    finish_reason: str | None = None  # "stop", "length", "abort" or "error" (its steps failed, see step_failure.py)
     stop_reason: int | None = None
     logprobs: list[dict[int, float]] | None = None
 

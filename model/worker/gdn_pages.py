@@ -74,7 +74,8 @@ class GdnPageTables:
             {} if align and num_speculative_tokens else None
 
     def forget(self, request_id: str) -> None:
-        """Drop a request that ran outside the scheduler (the warm-up)."""
+        """Drop a request's state column: it finished, was rolled back by a failed step, or ran outside the
+        scheduler (the warm-up)."""
         if self.columns is not None:
             self.columns.forget(request_id)
         if self.windows is not None:

@@ -90,6 +90,11 @@ class ModelRunner:
         self._drafting = True
         self.graphs: GraphRunner | None = None  # graph mode (enable_graphs), else every step eager
         self._graph_settings: dict | None = None
+        # Where the last execute() got to ("prepare", "forward", "sampling", "drafting"): the stage a
+        # failed step names. And the random requests' generator states before it sampled, so that
+        # discard_step rewinds them (a retried request then draws what it would have drawn).
+        self.stage = "prepare"
+        self._generator_states: dict[str, tuple[torch.Generator, torch.Tensor]] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -174,6 +179,9 @@ class ModelRunner:
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run one scheduled step: update the persistent batch, lay out, check, forward, sample."""
         out = scheduler_output
+        self.stage = "prepare"
+        if self._generator_states:
+            self._generator_states = {}
         if self.spec is not None:
             out = strip_placeholder_drafts(out)
         self.input_batch.update(out, self.sampling.__getitem__)
@@ -181,6 +189,8 @@ class ModelRunner:
             self.sampling.pop(request_id, None)
             if self.spec is not None:
                 self.spec.forget(request_id)
+            if self.gdn_pages is not None:  # here too, not only in lay_out: a step of no tokens lays out nothing
+                self.gdn_pages.forget(request_id)
         if out.total_num_scheduled_tokens == 0:
             return ModelRunnerOutput()
         prepared = self.input_batch.prepare(out)
@@ -190,9 +200,11 @@ class ModelRunner:
         if self.gdn_pages is not None:  # after the speculative rows: the state rows are the group's pages
             gdn_rows = self.gdn_pages.lay_out(out, prepared.batch, self.caches,
                                               self.spec.num_accepted if self.spec is not None else None)
+        self.stage = "forward"
         hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows, graphs=self.graphs)
         result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
                                    num_prefills=prepared.num_prefills)
+        self.stage = "sampling"
         if self.spec is not None:
             return self._verify_and_draft(out, prepared, inputs, hidden, result)
         if prepared.sampling_req_ids:
@@ -201,6 +213,7 @@ class ModelRunner:
                 # Only the argmax is needed: the head gives it slice by slice, without the [S, V] logits.
                 tokens, lps = self.model.greedy_tokens(rows).tolist(), [None] * len(prepared.params)
             else:
+                self._save_generators(prepared)
                 tokens, lps = sample(self.model.compute_logits(rows), prepared.params, prepared.generators)
             for request_id, token, lp in zip(prepared.sampling_req_ids, tokens, lps):
                 result.sampled_token_ids[request_id], result.logprobs[request_id] = [token], lp
@@ -212,11 +225,13 @@ class ModelRunner:
         if not prepared.sampling_req_ids:
             # Prefill chunks that do not sample yet: the MTP head still runs over them, so that its KV cache
             # holds their positions when it drafts later (vLLM's drafter runs on every step too).
+            self.stage = "drafting"
             if self._drafting:
                 with ops.trusted_metadata():
                     self.spec.propose(inputs, hidden, out, {}, self.token_at, self.caches, None, prepared.batch)
             return result
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_indices))
+        self._save_generators(prepared)
         emitted, accepted = self.spec.verify(logits, out, prepared.sampling_req_ids, prepared.params,
                                              prepared.generators)
         spec = out.scheduled_spec_decode_tokens
@@ -231,6 +246,7 @@ class ModelRunner:
             first_row += num_drafts + 1
             if num_drafts - a:
                 self.input_batch.roll_back(request_id, num_drafts - a)
+        self.stage = "drafting"
         if self._drafting:
             def step_inputs(meta):
                 meta.validate(num_blocks=self.caches.num_blocks, block_size=self.caches.block_size,
@@ -241,6 +257,36 @@ class ModelRunner:
                 result.draft_token_ids = self.spec.propose(inputs, hidden, out, result.sampled_token_ids,
                                                            self.token_at, self.caches, step_inputs, prepared.batch)
         return result
+
+    def _save_generators(self, prepared) -> None:
+        """Remember the random requests' generator states before they draw (see discard_step)."""
+        self._generator_states = {request_id: (generator, generator.get_state())
+                                  for request_id, params, generator in zip(prepared.sampling_req_ids,
+                                                                           prepared.params, prepared.generators)
+                                  if not params.greedy}
+
+    def discard_step(self, scheduler_output: SchedulerOutput | None, request_ids) -> None:
+        """Forget what a failed step left here for ``request_ids`` (the requests the scheduler rolled back
+        or ended, ``Scheduler.rollback_step``): their persistent-batch rows, speculative and GDN-column
+        state (they come back as resumed, from a prefill), and rewind the generators the step drew from.
+        Also applies the step's own removals (``scheduler_output``'s finished and preempted requests), in
+        case it raised before ``execute`` applied them; None: schedule() raised, nothing reached here."""
+        gone = () if scheduler_output is None else (*scheduler_output.finished_req_ids,
+                                                    *scheduler_output.preempted_req_ids)
+        for request_id in (*gone, *request_ids):
+            self.input_batch.remove(request_id)
+            if self.gdn_pages is not None:
+                self.gdn_pages.forget(request_id)
+            if self.spec is not None:
+                self.spec.forget(request_id)
+        if scheduler_output is not None:
+            for request_id in scheduler_output.finished_req_ids:
+                self.sampling.pop(request_id, None)
+        for request_id in request_ids:
+            saved = self._generator_states.get(request_id)
+            if saved is not None:
+                saved[0].set_state(saved[1])
+        self._generator_states = {}
 
     def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None,
                  gdn_rows: GdnStepRows | None = None, graphs: GraphRunner | None = None):
