@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from .config import SchedulerConfig
+from .gdn_checkpoints import PrefixCacheStats
 from .hybrid_kv_cache import HybridKVCacheManager
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
@@ -61,6 +62,13 @@ class SchedulerOutput:
     block_size: int
     enable_chunked_prefill: bool = True
     num_speculative_tokens: int = 0
+    # Hybrid prefix caching: each admitted request's reason its hit stopped where it did
+    # (gdn_checkpoints.HIT_REASONS); "chunk" mode: the checkpoint slot each admitted hit loads its GDN
+    # states from before the step, and the checkpoints each request saves in the step, as
+    # (tokens from the step's start, slot), in increasing order.
+    prefix_hit_reasons: dict[str, str] = field(default_factory=dict)
+    gdn_checkpoint_loads: dict[str, int] = field(default_factory=dict)
+    gdn_checkpoint_saves: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     # Set by update_from_output(): a step's tokens are applied once, never twice.
     applied: bool = field(default=False, repr=False, compare=False)
 
@@ -92,6 +100,8 @@ class Scheduler:
             self.kv_cache = HybridKVCacheManager(
                 config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching,
                 config.num_gdn_groups, config.num_speculative_tokens, use_eagle=config.use_eagle,
+                mode=config.gdn_cache_mode, num_checkpoints=config.num_gdn_checkpoints,
+                checkpoint_granularity=config.checkpoint_granularity,
             )
         else:
             self.kv_cache = KVCacheManager(
@@ -99,7 +109,10 @@ class Scheduler:
             )
         self.state_rows = StateSlotPool(config.max_num_seqs) if config.is_hybrid else None
         # vLLM's "align" mode: prefix caching on a hybrid model clips chunks to block boundaries.
-        self.align_gdn_chunks = config.is_hybrid and config.enable_prefix_caching
+        self.align_gdn_chunks = config.gdn_cache_mode == "align"
+        # "chunk" mode: GDN checkpoints every checkpoint_granularity tokens, in a pool of their own.
+        self.gdn_checkpoints = config.gdn_cache_mode == "chunk"
+        self.prefix_cache_stats = PrefixCacheStats(getattr(self.kv_cache, "checkpoints", None))
         self.requests: dict[str, Request] = {}
         self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
@@ -115,7 +128,9 @@ class Scheduler:
             config.block_size,
             config.num_usable_blocks,
             config.policy,
-            f" gdn_groups={config.num_gdn_groups} gdn_mode={'align' if self.align_gdn_chunks else 'none'}"
+            f" gdn_groups={config.num_gdn_groups} gdn_mode={config.gdn_cache_mode}"
+            + (f" gdn_checkpoints={config.num_gdn_checkpoints}x{config.checkpoint_granularity}tok"
+               if self.gdn_checkpoints else "")
             if config.is_hybrid else "",
         )
 
@@ -193,7 +208,7 @@ class Scheduler:
         """GDN pages one request can hold at once, all groups together: one (plus the
         speculative ones) per group without prefix caching, two (plus those) in align mode."""
         cfg = self.config
-        per_group = (2 if self.align_gdn_chunks else 1) + cfg.num_speculative_tokens
+        per_group = (2 if self.align_gdn_chunks else 1) + cfg.num_speculative_tokens  # "chunk": as "none"
         return cfg.num_gdn_groups * per_group if cfg.is_hybrid else 0
 
     def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:
@@ -234,6 +249,8 @@ class Scheduler:
         preempted: list[Request] = []
         new_ids, resumed_ids = [], []
         num_cached_tokens: dict[str, int] = {}
+        prefix_hit_reasons: dict[str, str] = {}
+        checkpoint_loads: dict[str, int] = {}
         # What the model runner reads per scheduled request (see _record_admitted).
         token_ids: dict[str, list[int]] = {}
         block_ids: dict[str, list[int]] = {}
@@ -245,7 +262,8 @@ class Scheduler:
         priority = cfg.policy == "priority"
         was_prefill_chunk: dict[str, bool] = {}  # priority: restored if a scheduled request is preempted
         align = self.align_gdn_chunks
-        if align:
+        checkpoints = self.gdn_checkpoints
+        if align or checkpoints:
             kv_cache.new_step_starts()
         # A long prompt may not hog the step only when someone else wants tokens too.
         threshold = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
@@ -285,6 +303,9 @@ class Scheduler:
             if align and num_new > 0 and computed < max(request.num_prompt_tokens, num_tokens - 1):
                 # (A decode, the usual case, is past the prefill: the split would return num_new.)
                 num_new = self._gdn_block_aligned_split(request, num_new)
+                end = computed + num_new
+            elif checkpoints and num_new > 0 and computed < max(request.num_prompt_tokens, num_tokens - 1):
+                num_new = self._checkpoint_aligned_split(request, num_new)
                 end = computed + num_new
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
@@ -399,6 +420,8 @@ class Scheduler:
                     break  # no block-aligned chunk fits: admission ends for this step
                 if pad_drafts and num_new != 1 + cfg.num_speculative_tokens:
                     num_new, pad_drafts = 1, False  # clipped placeholder rows: drop them
+            elif checkpoints and not pad_drafts:
+                num_new = self._checkpoint_aligned_split(request, num_new, num_cached)
 
             blocks = self.kv_cache.allocate_slots(
                 request,
@@ -417,6 +440,12 @@ class Scheduler:
                 new_ids.append(request.request_id)
             else:
                 resumed_ids.append(request.request_id)
+            if hybrid and kv_cache.enable_caching:
+                prefix_hit_reasons[request.request_id] = request.prefix_hit_reason
+                if request.status is RequestStatus.WAITING:
+                    self.prefix_cache_stats.record(request.num_prompt_tokens, num_cached, request.prefix_hit_reason)
+                if cached_blocks.checkpoint is not None:
+                    checkpoint_loads[request.request_id] = cached_blocks.checkpoint
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             num_cached_tokens[request.request_id] = num_cached
@@ -432,6 +461,13 @@ class Scheduler:
         # Batch order, the order of num_scheduled: the running requests kept, then the admitted ones.
         self._record_admitted(admitted, num_scheduled, spec_tokens, token_ids, block_ids, group_block_ids,
                               state_slots, sampling)
+        checkpoint_saves = {}
+        if checkpoints:
+            # Planned once the batch is final (a preempted request saves nothing), in batch order.
+            for request_id, num_new in num_scheduled.items():
+                saves = kv_cache.plan_checkpoints(self.requests[request_id], computed_before[request_id], num_new)
+                if saves:
+                    checkpoint_saves[request_id] = saves
         finished, self._finished_req_ids = self._finished_req_ids, set()
         return SchedulerOutput(
             num_scheduled_tokens=num_scheduled,
@@ -454,7 +490,22 @@ class Scheduler:
             block_size=cfg.block_size,
             enable_chunked_prefill=cfg.enable_chunked_prefill,
             num_speculative_tokens=cfg.num_speculative_tokens,
+            prefix_hit_reasons=prefix_hit_reasons,
+            gdn_checkpoint_loads=checkpoint_loads,
+            gdn_checkpoint_saves=checkpoint_saves,
         )
+
+    def _checkpoint_aligned_split(self, request: Request, num_new: int, num_new_cached: int = 0) -> int:
+        """"chunk" mode: a prefill chunk that does not finish the prefill ends on a checkpoint boundary
+        when one lies inside it, so that the next chunk starts on the chunk kernel's grid (its
+        checkpoints are then chunk ends of the kernel). A chunk too short to reach one keeps its end."""
+        start = request.num_computed_tokens + num_new_cached
+        end = start + num_new
+        if end >= max(request.num_prompt_tokens, request.num_tokens - 1):
+            return num_new
+        gran = self.config.checkpoint_granularity
+        aligned = end // gran * gran
+        return aligned - start if aligned > start else num_new
 
     def _gdn_block_aligned_split(self, request: Request, num_new: int, num_new_cached: int = 0) -> int:
         """Clip a prefill chunk so that it ends where a GDN state must be cached (align mode).
