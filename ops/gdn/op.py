@@ -18,8 +18,7 @@ import torch
 from .. import _validate as check
 from .._backend import dispatch
 from .._library import custom_op, resolved_scale
-from .chunk_table import prepare_chunk_indices
-from .reference_chunk import CHUNK_SIZE
+from .chunk_table import CHUNK as CHUNK_SIZE, prepare_chunk_indices
 
 logger = logging.getLogger("qwen_ops.ops")
 

@@ -19,6 +19,8 @@ from typing import Callable, Optional
 
 import torch
 
+from .chunk_table import CHUNK
+
 # (q [L, Hv, Dk], k [L, Hv, Dk], v [L, Hv, Dv], g [L, Hv], beta [L, Hv], state [Hv, Dk, Dv]) -> (o [L, Hv, Dv], state)
 # All float32; q already carries the scale and the key heads are already repeated per value head.
 SequenceFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -95,11 +97,10 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
     cuts: dict[int, list[tuple[int, int]]] = {}  # sequence -> (end token of a segment, checkpoint row)
     checkpoints = None
     if checkpoint_boundaries is not None:
-        from .reference_chunk import CHUNK_SIZE
         checkpoints = torch.zeros(checkpoint_boundaries.shape[0], num_v_heads, dk, dv, dtype=torch.float32,
                                   device=v.device)
         for p, (r, j) in enumerate(checkpoint_boundaries.tolist()):
-            cuts.setdefault(r, []).append((spans[r][1] + CHUNK_SIZE * j, p))
+            cuts.setdefault(r, []).append((spans[r][1] + CHUNK * j, p))
     for r, (b, start, end) in enumerate(spans):
         row = r if slots is None else slots[r]
         if row < 0:
