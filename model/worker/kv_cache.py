@@ -57,6 +57,9 @@ class ModelCaches:
     ssm_states: dict[int, torch.Tensor] = field(default_factory=dict)
     # With GDN states in the pool's pages: the state rows are block ids (num_state_slots == num_blocks).
     gdn_in_pages: bool = False
+    # The "chunk" prefix-caching mode's GDN checkpoints per GDN layer (gdn_checkpoint_rows.py), else empty.
+    checkpoint_conv: dict[int, torch.Tensor] = field(default_factory=dict)
+    checkpoint_ssm: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def kv_cache_dtype(self) -> torch.dtype | None:
