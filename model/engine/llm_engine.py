@@ -63,6 +63,7 @@ class _Tracked:
     first_token_time: float | None = None
     finish_time: float | None = None
     num_cached_tokens: int | None = None  # the prefix-cache hit at first admission (vLLM's rule)
+    prefix_hit_reason: str = ""  # why that hit stopped where it did (scheduling.gdn_checkpoints.HIT_REASONS)
 
 
 def _derived_seed(seed: int, request_id: str) -> int:
@@ -332,6 +333,7 @@ class LLMEngine:
             tracked = self._tracked.get(request_id)
             if tracked is not None and tracked.num_cached_tokens is None:
                 tracked.num_cached_tokens = hit  # vLLM keeps the first admission's hit, not a resumed one's
+                tracked.prefix_hit_reason = scheduler_output.prefix_hit_reasons.get(request_id, "")
         runner_output = self.model_runner.execute(scheduler_output)
         if scheduler_output.total_num_scheduled_tokens == 0:
             return []
@@ -382,6 +384,9 @@ class LLMEngine:
                                       list(t.logprobs) if t.logprobs is not None else None)
         metrics = {"arrival_time": t.arrival, "first_token_time": t.first_token_time,
                    "finished_time": t.finish_time}
+        if t.prefix_hit_reason:  # a hybrid model with prefix caching: why the hit stopped where it did
+            metrics["num_cached_tokens"] = t.num_cached_tokens or 0
+            metrics["prefix_hit_reason"] = t.prefix_hit_reason
         spec = self.model_runner.spec
         if spec is not None:
             metrics.update(spec.request_stats(request_id).as_metrics())
