@@ -100,6 +100,10 @@ class LLMEngine:
             generative hybrid models, with speculative decoding too (then a hit stops one block short,
             vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
             ``RequestOutput.num_cached_tokens`` is each request's hit.
+        mamba_cache_mode: how a hybrid model caches GDN states with prefix caching (vLLM's spelling):
+            "align" (the default: vLLM 0.33's mode above) or "chunk" (the block stays ``block_size``, GDN
+            states are checkpointed every 64 tokens in a pool of ``gdn_checkpoint_memory_share`` of the
+            budget, outside the page pool; ``scheduling/gdn_checkpoints.py``).
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
             chosen backend does not implement run on the device's default backend
             (``backend_summary()`` says which).

@@ -161,6 +161,10 @@ class MemoryPlan:
     state_bytes: int
     budget_bytes: int | None
     state_rows_per_request: int = 1
+    # "chunk" prefix caching: the GDN checkpoint pool's slots, and the bytes of the GDN states kept outside
+    # the page pool (num_state_slots running rows plus the checkpoints, each a state slot's bytes).
+    gdn_checkpoints: int = 0
+    state_bytes_outside: int = 0
 
 
 def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: int, max_num_seqs: int,
