@@ -76,3 +76,17 @@ def test_chunk_mode_with_mtp_equals_the_plain_run(text_mtp_checkpoint, gen, k):
     assert [o.num_cached_tokens for o in warm] == [0, 128, 0, 64]
     assert warm[3].metrics["prefix_hit_reason"] == "mtp_block_drop"
     _close(warm, cold)
+
+
+def test_chunk_mode_under_preemption_equals_the_plain_run(text_checkpoint, gen):
+    # A pool too small for all four requests at once: some are preempted and recomputed (hitting the
+    # checkpoints their first run saved); outputs equal the run without caching.
+    shared = _tokens(gen, 100)
+    prompts = [shared + _tokens(gen, n) for n in (40, 70, 30, 90)]
+    engine = dict(num_blocks=24, max_num_seqs=4, max_num_batched_tokens=64)
+    params = SamplingParams(max_tokens=48, temperature=0, logprobs=1, detokenize=False)
+    cold = LLM(text_checkpoint, enable_prefix_caching=False, **engine).generate(prompts, params)
+    llm = LLM(text_checkpoint, enable_prefix_caching=True, mamba_cache_mode="chunk", **engine)
+    warm = llm.generate(prompts, params)
+    assert sum(s.num_preempted for s in llm.step_stats) > 0
+    _close(warm, cold)
