@@ -279,6 +279,10 @@ def _chunk_mode(mode: str | None, groups: int, caching: bool, share: float) -> b
         raise ValueError("LLM(mamba_cache_mode='chunk') needs a hybrid model with enable_prefix_caching=True")
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
         raise ValueError(f"LLM(gdn_checkpoint_memory_share=...) must be a number in (0, 1), got {share!r}")
+    # None keeps vLLM 0.33's "align" with prefix caching. Making "chunk" the default is one change here; the
+    # engine tests that pin align mode's block raise, page-pool memory plan and block-granular hits must then
+    # ask for mamba_cache_mode="align" by name (tests/model/test_prefix_caching.py and
+    # test_mtp_prefix_caching.py do already).
     return mode == "chunk"
 
 

@@ -59,7 +59,7 @@ def assert_same(with_cache, without):
 
 
 def engines(checkpoint, **kwargs):
-    on = LLM(checkpoint, enable_prefix_caching=True, **kwargs)
+    on = LLM(checkpoint, enable_prefix_caching=True, mamba_cache_mode="align", **kwargs)
     off = LLM(checkpoint, enable_prefix_caching=False, **kwargs)
     return on, off
 
@@ -96,7 +96,7 @@ def test_prefix_caching_under_preemption(text_checkpoint, gen):
     # 15 usable blocks of 16 tokens: four ~60-token requests each holding up to 2 GDN pages per group
     # (3 groups) cannot all stay resident.
     scarce = LLM(text_checkpoint, num_blocks=16, max_num_seqs=4, max_num_batched_tokens=32,
-                 enable_prefix_caching=True, block_size=B)
+                 enable_prefix_caching=True, mamba_cache_mode="align", block_size=B)
     warm = scarce.generate(prompts[:1], params)  # caches the shared prefix for the batch
     expected = plenty.generate(prompts, params)
     got = scarce.generate(prompts, params)
