@@ -159,7 +159,8 @@ class EngineConfig:
         groups = num_gdn_groups(config)
         if enable_prefix_caching is None:  # vLLM 0.33: on for generative hybrid models (see LLMEngine)
             enable_prefix_caching = enable_chunked_prefill or groups == 0
-        chunk_mode = _chunk_mode(mamba_cache_mode, groups, enable_prefix_caching, gdn_checkpoint_memory_share)
+        gdn_mode = _gdn_cache_mode(mamba_cache_mode, groups, enable_prefix_caching, gdn_checkpoint_memory_share)
+        chunk_mode = gdn_mode == "chunk"
         requested_block_size = block_size
         if not chunk_mode:  # "chunk" mode keeps the block asked for: the GDN states are not in the pool's pages
             block_size = pool_block_size(config, block_size, torch_dtype, kv_dtype)
@@ -172,7 +173,7 @@ class EngineConfig:
         # 1 + k state rows of speculation), align mode at most 2 live ones per group (older ones go to
         # the cache), as vLLM's scheduler counts them.
         pages = dict(gdn_pages_per_request=groups * ((2 if enable_prefix_caching and not chunk_mode else 1) + k),
-                     state_rows_per_request=1 + k, num_mtp_layers=mtp_layers)
+                     state_rows_per_request=1 + k, num_mtp_layers=mtp_layers, gdn_in_pages=not chunk_mode)
         budget_bytes = int(kv_cache_memory_gib * 2**30)
         num_checkpoints, outside_bytes = 0, 0
         if chunk_mode:
@@ -196,10 +197,9 @@ class EngineConfig:
                            max_model_len=max_model_len, dtype=torch_dtype, kv_dtype=kv_dtype, num_blocks=num_blocks,
                            **pages)
         if chunk_mode:
-            # The pool's blocks hold attention pages only (its block count was sized as if they held GDN rows
-            # too: conservative).
-            plan = replace(plan, state_bytes=0,
-                           num_state_slots=plan.max_num_seqs * (1 + k), gdn_checkpoints=num_checkpoints,
+            # The pool's blocks hold attention pages only (plan_memory sized them so: state_bytes is 0); the
+            # running states and the checkpoints are the bytes outside it.
+            plan = replace(plan, num_state_slots=plan.max_num_seqs * (1 + k), gdn_checkpoints=num_checkpoints,
                            state_bytes_outside=outside_bytes)
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=plan.max_num_seqs,
@@ -210,7 +210,7 @@ class EngineConfig:
             num_speculative_tokens=k,
             # MTP is an EAGLE-style drafter (its KV at a position needs the next token): vLLM's use_eagle.
             use_eagle=k > 0 and groups > 0,
-            mamba_cache_mode="chunk" if chunk_mode else None, num_gdn_checkpoints=num_checkpoints)
+            mamba_cache_mode=gdn_mode, num_gdn_checkpoints=num_checkpoints)
         enforce_eager, eager_reason, compile_backend = _graph_mode(enforce_eager, compile_backend, device)
         return cls(model_dir=model_dir, config=config, device=device, dtype=torch_dtype, kv_cache_dtype=kv_dtype,
                    backend=backend, seed=seed, speculative_config=spec, num_mtp_layers=mtp_layers,
@@ -271,19 +271,25 @@ def _graph_mode(enforce_eager: bool | None, compile_backend: str | None, device:
     return enforce_eager, reason, compile_backend
 
 
-def _chunk_mode(mode: str | None, groups: int, caching: bool, share: float) -> bool:
-    """Whether the engine runs the "chunk" prefix-caching mode (checked; vLLM's spelling of the modes)."""
+def _gdn_cache_mode(mode: str | None, groups: int, caching: bool, share: float) -> str | None:
+    """The engine's prefix-caching mode of a hybrid model's GDN states (vLLM's ``mamba_cache_mode`` spelling),
+    checked: "chunk" (the default with prefix caching: the block stays as asked, GDN checkpoints every 64
+    tokens), "align" (vLLM 0.33's default, selectable) or "none" (no prefix caching); None for a model
+    without GDN layers."""
     if mode not in (None, "none", "align", "chunk"):
         raise ValueError(f"LLM(mamba_cache_mode=...) must be 'none', 'align', 'chunk' or None, got {mode!r}")
-    if mode == "chunk" and not (groups and caching):
-        raise ValueError("LLM(mamba_cache_mode='chunk') needs a hybrid model with enable_prefix_caching=True")
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
         raise ValueError(f"LLM(gdn_checkpoint_memory_share=...) must be a number in (0, 1), got {share!r}")
-    # None keeps vLLM 0.33's "align" with prefix caching. Making "chunk" the default is one change here; the
-    # engine tests that pin align mode's block raise, page-pool memory plan and block-granular hits must then
-    # ask for mamba_cache_mode="align" by name (tests/model/test_prefix_caching.py and
-    # test_mtp_prefix_caching.py do already).
-    return mode == "chunk"
+    if not groups:
+        if mode not in (None, "none"):
+            raise ValueError(f"LLM(mamba_cache_mode={mode!r}) needs a hybrid model (one with GDN layers)")
+        return None
+    if mode is None:
+        return "chunk" if caching else "none"
+    if (mode != "none") != caching:
+        raise ValueError(f"LLM(mamba_cache_mode={mode!r}) does not go with enable_prefix_caching={caching}: "
+                         "'none' is the mode without prefix caching, 'align' and 'chunk' the modes with it")
+    return mode
 
 
 def _fitted_max_model_len(config: Qwen35Config, budget_gib: float, num_blocks: int | None, **plan) -> tuple[int, str]:

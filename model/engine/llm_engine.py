@@ -94,16 +94,18 @@ class LLMEngine:
             max_num_batched_tokens >= max_num_seqs (default: the scheduler's
             ``default_batch_limits`` for this device, offline usage, adjusted to
             that rule).
-        enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
-            boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
-            ``worker/gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
+        enable_prefix_caching: reuse cached prefixes: attention blocks and, on a hybrid model, GDN
+            states (how: ``mamba_cache_mode``). None (default): on, as vLLM 0.33 turns it on by default for
             generative hybrid models, with speculative decoding too (then a hit stops one block short,
             vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
             ``RequestOutput.num_cached_tokens`` is each request's hit.
-        mamba_cache_mode: how a hybrid model caches GDN states with prefix caching (vLLM's spelling):
-            "align" (the default: vLLM 0.33's mode above) or "chunk" (the block stays ``block_size``, GDN
-            states are checkpointed every 64 tokens in a pool of ``gdn_checkpoint_memory_share`` of the
-            budget, outside the page pool; ``scheduling/gdn_checkpoints.py``).
+        mamba_cache_mode: how a hybrid model caches GDN states with prefix caching (vLLM's spelling).
+            None (default): "chunk" with prefix caching, "none" without. "chunk": the block stays
+            ``block_size``, GDN states are checkpointed every lcm(64, block_size) tokens in a pool of
+            ``gdn_checkpoint_memory_share`` of the budget, outside the page pool
+            (``scheduling/gdn_checkpoints.py``). "align": vLLM 0.33's mode, step-identical to its
+            scheduler: GDN states at block-aligned chunk ends in the pool's pages
+            (``worker/gdn_pages.py``), the block raised until an attention page holds a GDN page.
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
             chosen backend does not implement run on the device's default backend
             (``backend_summary()`` says which).

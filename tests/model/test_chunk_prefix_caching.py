@@ -90,3 +90,37 @@ def test_chunk_mode_under_preemption_equals_the_plain_run(text_checkpoint, gen):
     warm = llm.generate(prompts, params)
     assert sum(s.num_preempted for s in llm.step_stats) > 0
     _close(warm, cold)
+
+
+def _nbytes(tensors):
+    unique = {id(t): t for t in tensors}
+    return sum(t.numel() * t.element_size() for t in unique.values())
+
+
+def test_chunk_mode_pool_is_sized_by_attention_pages_alone(text_checkpoint):
+    """Chunk mode's GDN states (1 + k running rows per request and the checkpoints) are outside the page
+    pool with their own share, so the pool's blocks cost their attention pages only: the rest of the budget
+    buys that many more blocks than align-sized ones would (blocks that also hold GDN rows), the plan counts
+    exactly what is allocated, and the budget line's parts sum to at most the budget."""
+    from qwen_ops.model.worker.kv_cache import bytes_per_block, bytes_per_pool_block, bytes_per_state_slot
+
+    gib, seqs = 0.005, 16  # small enough that the budget binds, not the max_num_seqs x max_model_len cap
+    llm = LLM(text_checkpoint, kv_cache_memory_gib=gib, max_num_seqs=seqs, max_num_batched_tokens=64)
+    plan, caches, config = llm.plan, llm.caches, llm.config
+    assert llm.scheduler_config.gdn_cache_mode == "chunk" and llm.scheduler_config.block_size == 16  # the default
+    slot = bytes_per_state_slot(config, llm.dtype)
+    assert plan.state_bytes_outside == (plan.gdn_checkpoints + plan.num_state_slots) * slot
+    assert plan.num_state_slots == seqs and plan.state_bytes == 0
+    pool_budget = int(gib * 2**30) - plan.state_bytes_outside
+    attention_block = bytes_per_block(config, 16, llm.dtype)
+    assert plan.num_blocks == pool_budget // attention_block
+    assert plan.num_blocks > pool_budget // bytes_per_pool_block(config, 16, llm.dtype, llm.dtype)
+    # What the plan counts is what the runner allocated: K/V pages, flat state rows and checkpoint pools.
+    assert plan.kv_bytes == _nbytes([*caches.key_caches.values(), *caches.value_caches.values()])
+    assert plan.state_bytes_outside == _nbytes([*caches.conv_states.values(), *caches.ssm_states.values(),
+                                                *caches.checkpoint_conv.values(), *caches.checkpoint_ssm.values()])
+    assert pool_budget - attention_block < plan.kv_bytes <= pool_budget  # the whole budget used, none over
+    line = llm.budget_summary()
+    assert f"num_blocks={plan.num_blocks} " in line and f"({plan.kv_bytes / 2**20:.1f} MiB)" in line
+    assert f"({plan.num_state_slots} rows + {plan.gdn_checkpoints} checkpoints, " \
+           f"{plan.state_bytes_outside / 2**20:.1f} MiB)" in line

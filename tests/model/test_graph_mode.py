@@ -137,6 +137,27 @@ def test_preemption_and_prefix_caching(text_checkpoint):
     assert sum(s.num_preempted for s in stats) > 0
 
 
+def test_chunk_prefix_caching_mode(text_checkpoint):
+    """The default prefix-caching mode ("chunk"): hits of 64-token GDN checkpoints give the eager engine's
+    tokens in graph mode. The steps that save checkpoints run eagerly (the graphs save none); the others
+    (the decode steps, the hit's prefill) run in graphs."""
+    shared = prompts([70], seed=5)[0]
+    batch = [shared + t for t in prompts([6, 9], seed=8)]
+    engine = dict(num_blocks=40, block_size=16, max_num_seqs=2, max_num_batched_tokens=64)
+    params = SamplingParams(max_tokens=4, temperature=0, logprobs=3, detokenize=False)
+
+    def run(llm):  # one request after the other: the second hits the first's checkpoint at 64
+        outs = [llm.generate([p], params)[0] for p in batch]
+        assert [o.num_cached_tokens for o in outs] == [0, 64]
+        return [o.outputs[0].token_ids for o in outs], [o.outputs[0].logprobs for o in outs]
+
+    eager = run(LLM(text_checkpoint, **engine))
+    llm = LLM(text_checkpoint, **GRAPH, **engine)
+    assert llm.scheduler_config.gdn_cache_mode == "chunk"
+    assert_equal_outputs(eager, run(llm))
+    assert graphs_of(llm).graph_steps > 0
+
+
 def test_int8_kv_cache(text_checkpoint):
     compare(text_checkpoint, prompts([7, 11]), kv_cache_dtype="int8", **ENGINE)
 

@@ -48,7 +48,7 @@ def test_a_block_size_that_cannot_hold_a_gdn_page_is_refused(text_checkpoint):
 
 
 def test_requested_block_size_is_raised_by_vllms_rule(text_checkpoint):
-    llm = LLM(text_checkpoint, num_blocks=32, block_size=4)
+    llm = LLM(text_checkpoint, num_blocks=32, block_size=4, mamba_cache_mode="align")
     page = gdn_page_bytes(llm.config, torch.float32)
     per_token = attention_bytes_per_token(llm.config, torch.float32)
     raised = llm.scheduler_config.block_size
@@ -60,7 +60,8 @@ def test_requested_block_size_is_raised_by_vllms_rule(text_checkpoint):
 def test_int8_page_follows_the_int8_attention_page(text_checkpoint, gen):
     """An int8 KV cache shrinks the attention page (a quarter of this float32 model's), so the block that holds
     a GDN page has more tokens."""
-    llm = LLM(text_checkpoint, num_blocks=32, kv_cache_dtype="int8", enable_prefix_caching=True)
+    llm = LLM(text_checkpoint, num_blocks=32, kv_cache_dtype="int8", enable_prefix_caching=True,
+              mamba_cache_mode="align")
     config = llm.config
     per_token = attention_bytes_per_token(config, torch.int8)
     assert per_token * 4 == attention_bytes_per_token(config, torch.float32)
@@ -79,9 +80,10 @@ def test_int8_page_follows_the_int8_attention_page(text_checkpoint, gen):
 
 
 def test_memory_plan_counts_exactly_the_pool(text_checkpoint):
-    """No separate state pool: the GDN states are rows of the pool's pages, and the planned bytes are the
+    """Align mode (chunk mode's plan: tests/model/test_chunk_prefix_caching.py). No separate state pool: the
+    GDN states are rows of the pool's pages, and the planned bytes are the
     allocated caches' bytes (shared pools counted once)."""
-    llm = LLM(text_checkpoint, kv_cache_memory_gib=0.01, max_model_len=256)
+    llm = LLM(text_checkpoint, kv_cache_memory_gib=0.01, max_model_len=256, mamba_cache_mode="align")
     caches, plan = llm.caches, llm.plan
     unique = {id(t): t for d in (caches.key_caches, caches.value_caches, caches.conv_states, caches.ssm_states)
               for t in d.values()}
