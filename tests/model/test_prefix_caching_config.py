@@ -128,3 +128,24 @@ def test_gdn_state_pages_outside_the_pool_are_refused_before_any_write(text_chec
     with pytest.raises(ValueError, match="group 2 state rows"):
         runner.execute(one_request_output("x", [1, 2], [1], 16, gdn_block_ids=([2], [3], [99])))
     assert torch.equal(before[0], runner.caches.ssm_states[0]) and torch.equal(before[1], runner.caches.conv_states[0])
+
+
+def test_mamba_cache_mode_defaults_to_chunk_and_takes_vllms_names(text_checkpoint):
+    """With prefix caching a hybrid model runs "chunk" unless "align" is named; "none" is the mode without it;
+    a mode that contradicts enable_prefix_caching is refused at start, naming the argument."""
+    from qwen_ops.model.engine.engine_config import EngineConfig
+
+    def mode(**kwargs):
+        config = EngineConfig.from_args(text_checkpoint, num_blocks=32, **kwargs)
+        return config.scheduler_config.gdn_cache_mode, config.scheduler_config.block_size
+
+    assert mode() == mode(mamba_cache_mode="chunk") == ("chunk", 16)
+    assert mode(block_size=4) == ("chunk", 4)  # the block stays as asked (align raises it to 12)
+    assert mode(block_size=4, mamba_cache_mode="align") == ("align", 12)
+    assert mode(enable_prefix_caching=False) == mode(enable_prefix_caching=False, mamba_cache_mode="none") \
+        == ("none", 16)
+    for bad, match in [(dict(mamba_cache_mode="none"), "does not go with enable_prefix_caching=True"),
+                       (dict(mamba_cache_mode="align", enable_prefix_caching=False), "does not go with"),
+                       (dict(mamba_cache_mode="all"), "must be 'none', 'align', 'chunk' or None")]:
+        with pytest.raises(ValueError, match=r"LLM\(mamba_cache_mode=.*" + match):
+            mode(**bad)
