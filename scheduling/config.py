@@ -1,8 +1,10 @@
 """Scheduler configuration and the default batch limits vLLM derives from device memory."""
 
+import math
 from dataclasses import dataclass
 
 POLICIES = ("fcfs", "priority")
+MAMBA_CACHE_MODES = ("none", "align", "chunk")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,18 @@ class SchedulerConfig:
         short and align mode keeps GDN states one block lower (vLLM's
         SpeculativeConfig.use_eagle(): True for "mtp"/"eagle", False for
         "ngram"). Needs num_speculative_tokens > 0 and num_gdn_groups > 0.
+    mamba_cache_mode: how a hybrid model caches GDN states (vLLM's
+        CacheConfig.mamba_cache_mode spelling). "none": no prefix caching of
+        GDN states (needs enable_prefix_caching=False); "align": vLLM 0.33's
+        mode above; "chunk": the attention block stays block_size and GDN
+        states are kept as checkpoints every checkpoint_granularity tokens
+        in a pool of num_gdn_checkpoints slots outside the block pool (see
+        gdn_checkpoints.py); GDN pages are then held as in "none" mode. None
+        (the default) picks vLLM's: "align" with prefix caching on a hybrid
+        model, else "none".
+    num_gdn_checkpoints: slots of the "chunk" mode's checkpoint pool (>= 1 there).
+    gdn_checkpoint_tokens: the chunk kernel's chunk (64); checkpoints sit at
+        multiples of lcm(gdn_checkpoint_tokens, block_size).
     """
 
     max_num_batched_tokens: int
@@ -49,12 +63,16 @@ class SchedulerConfig:
     num_speculative_tokens: int = 0
     num_gdn_groups: int = 0
     use_eagle: bool = False
+    mamba_cache_mode: str | None = None
+    num_gdn_checkpoints: int = 0
+    gdn_checkpoint_tokens: int = 64
 
     def __post_init__(self):
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len"):
             _require_int(name, getattr(self, name), minimum=1)
         _require_int("num_blocks", self.num_blocks, minimum=2)  # null block + one usable
-        for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_gdn_groups"):
+        for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_gdn_groups",
+                     "num_gdn_checkpoints"):
             _require_int(name, getattr(self, name), minimum=0)
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "reserve_full_prompt", "use_eagle"):
             if type(getattr(self, name)) is not bool:  # "no" or 0 would read as a silent True/False
@@ -88,13 +106,43 @@ class SchedulerConfig:
                              f"{self.num_speculative_tokens} and {self.num_gdn_groups}")
         if self.num_gdn_groups > 255:  # group ids are one byte of the prefix-cache key
             raise ValueError(f"num_gdn_groups must be <= 255, got {self.num_gdn_groups}")
-        if self.num_gdn_groups and self.enable_prefix_caching and not self.enable_chunked_prefill:
+        self._check_mamba_cache_mode()
+        if self.gdn_cache_mode == "align" and not self.enable_chunked_prefill:
             # Align mode saves GDN states only at block-aligned chunk ends, so it must be
             # free to clip chunks (vLLM refuses the same combination).
             raise ValueError(
                 "enable_prefix_caching on a hybrid model (num_gdn_groups > 0) needs "
                 "enable_chunked_prefill=True: GDN states are cached at block-aligned chunk ends"
             )
+
+    def _check_mamba_cache_mode(self) -> None:
+        if self.mamba_cache_mode is not None and self.mamba_cache_mode not in MAMBA_CACHE_MODES:
+            raise ValueError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES} or None, got "
+                             f"{self.mamba_cache_mode!r}")
+        mode = self.gdn_cache_mode
+        if mode != "none" and not self.num_gdn_groups:
+            raise ValueError(f"mamba_cache_mode={mode!r} needs a hybrid model (num_gdn_groups > 0)")
+        if self.num_gdn_groups and (mode != "none") != self.enable_prefix_caching:
+            raise ValueError(f"mamba_cache_mode={mode!r} does not go with enable_prefix_caching="
+                             f"{self.enable_prefix_caching}: 'none' is the mode without prefix caching, "
+                             "'align' and 'chunk' the modes with it")
+        _require_int("gdn_checkpoint_tokens", self.gdn_checkpoint_tokens, minimum=1)
+        if mode == "chunk" and self.num_gdn_checkpoints < 1:
+            raise ValueError("mamba_cache_mode='chunk' needs num_gdn_checkpoints >= 1 (the checkpoint pool's "
+                             f"slots), got {self.num_gdn_checkpoints}")
+
+    @property
+    def gdn_cache_mode(self) -> str:
+        """mamba_cache_mode, None resolved as vLLM does: "align" with prefix caching on a hybrid model,
+        else "none"."""
+        if self.mamba_cache_mode is not None:
+            return self.mamba_cache_mode
+        return "align" if self.num_gdn_groups and self.enable_prefix_caching else "none"
+
+    @property
+    def checkpoint_granularity(self) -> int:
+        """Tokens between two GDN checkpoints in "chunk" mode: lcm(gdn_checkpoint_tokens, block_size)."""
+        return math.lcm(self.gdn_checkpoint_tokens, self.block_size)
 
     @property
     def num_usable_blocks(self) -> int:
@@ -108,9 +156,9 @@ class SchedulerConfig:
 
     @property
     def gdn_block_size(self) -> int:
-        """Tokens per GDN page as the scheduler counts them: block_size in align mode
-        (prefix caching), max_model_len otherwise (one state page per request)."""
-        return self.block_size if self.enable_prefix_caching else self.max_model_len
+        """Tokens per GDN page as the scheduler counts them: block_size in align mode,
+        max_model_len otherwise (one state page per request)."""
+        return self.block_size if self.gdn_cache_mode == "align" else self.max_model_len
 
 
 def _require_int(name, value, minimum):

@@ -5,7 +5,7 @@ that order (vLLM's get_kv_cache_groups order for Qwen3.5; the order decides
 which blocks are freed, and so evicted, first). Each group gives a request its
 own block ids. A GDN page holds that group's conv and recurrent state.
 
-Two modes, as vLLM's MambaSpec.mamba_cache_mode:
+Three modes, the first two as vLLM's MambaSpec.mamba_cache_mode:
 
 - "none" (no prefix caching): a GDN page spans max_model_len tokens, so a
   request holds one page per GDN group, plus num_speculative_tokens pages.
@@ -15,6 +15,10 @@ Two modes, as vLLM's MambaSpec.mamba_cache_mode:
   group); with prefix_cache_retention_interval 0 (the engine's default) a state
   page stays in the cache only at the prompt's replay boundary and at a
   shared-prefix junction. Attention blocks are always cached.
+- "chunk" (prefix caching, past vLLM): GDN pages are held as in "none" mode
+  and GDN states are cached as checkpoints every checkpoint_granularity tokens
+  in a pool of their own (gdn_checkpoints.py); a hit is the longest prefix with
+  its attention blocks cached and a checkpoint at its end.
 
 Prefix-cache keys carry the group id (one byte after the block hash), so the
 same prefix is cached separately in every group.
@@ -29,6 +33,7 @@ states are kept one block lower to match (vLLM's replay_boundaries).
 from dataclasses import dataclass, field
 
 from .block_pool import NULL_BLOCK, BlockPool
+from .gdn_checkpoints import GdnCheckpointPool
 from .kv_cache_manager import update_block_hashes
 from .request import Request
 
@@ -39,6 +44,23 @@ def _cdiv(a: int, b: int) -> int:
 
 def _group_key(block_hash: bytes, group: int) -> bytes:
     return block_hash + bytes((group,))
+
+
+CHUNK_TOKENS = 64  # the GDN chunk kernel's chunk: checkpoints are emitted at its chunk ends
+
+
+def _hit_reason(request: Request, hit_tokens: int, attention_tokens: int, usable_tokens: int, step: int,
+                evicted: bool) -> str:
+    """Why a hybrid prefix hit stopped at hit_tokens (see gdn_checkpoints.HIT_REASONS): the next
+    boundary (hit_tokens + step) lacks attention blocks, lies past the MTP drop, lost its
+    checkpoint to eviction, or never had one; "full" when no boundary is left before the last token."""
+    if hit_tokens + step > request.num_tokens - 1:
+        return "full"
+    if attention_tokens < hit_tokens + step:
+        return "no_attention_block"
+    if usable_tokens < hit_tokens + step:
+        return "mtp_block_drop"
+    return "evicted" if evicted else "no_gdn_checkpoint"
 
 
 @dataclass
@@ -54,6 +76,7 @@ class PrefixHit:
     attention: list[int] = field(default_factory=list)
     gdn: list[int] = field(default_factory=list)
     num_tokens: int = 0
+    checkpoint: int | None = None  # "chunk" mode: the checkpoint slot the hit's GDN states are read from
 
     def __bool__(self) -> bool:
         return self.num_tokens > 0
@@ -211,19 +234,25 @@ class HybridKVCacheManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, max_model_len: int, enable_caching: bool,
-                 num_gdn_groups: int, num_speculative_tokens: int, use_eagle: bool = False):
+                 num_gdn_groups: int, num_speculative_tokens: int, use_eagle: bool = False,
+                 mode: str | None = None, num_checkpoints: int = 0, checkpoint_granularity: int = 64):
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.num_gdn_groups = num_gdn_groups
+        self.mode = mode or ("align" if enable_caching else "none")
+        align = self.mode == "align"
         self.pool = BlockPool(num_blocks, enable_caching)
-        gdn_block_size = block_size if enable_caching else max_model_len
-        self.gdn_groups = [_GdnGroup(g, self.pool, gdn_block_size, enable_caching, num_speculative_tokens)
+        gdn_block_size = block_size if align else max_model_len
+        self.gdn_groups = [_GdnGroup(g, self.pool, gdn_block_size, align, num_speculative_tokens)
                            for g in range(num_gdn_groups)]
         self.attention_group = num_gdn_groups  # its group id: after the GDN groups
+        # "chunk" mode: GDN states are cached in a checkpoint pool, not in GDN pages.
+        self.checkpoints = GdnCheckpointPool(num_checkpoints) if self.mode == "chunk" else None
+        self.checkpoint_granularity = checkpoint_granularity
         # Read for every running request every step: bound once.
         self._group_tables = [group.tables for group in self.gdn_groups]
-        self._group_num_cached = [group.num_cached for group in self.gdn_groups]
+        self._group_num_cached = [group.num_cached for group in self.gdn_groups] if align else []
         # vLLM's use_eagle: an MTP drafter keeps its own KV on the attention blocks (see the module docstring);
         # it changes only what prefix caching hits and keeps.
         self.use_eagle = enable_caching and use_eagle
@@ -236,6 +265,8 @@ class HybridKVCacheManager:
         self.pool.begin_step()
         for group in self.gdn_groups:
             group.cached_this_step.clear()
+        if self.checkpoints is not None:
+            self.checkpoints.new_step_starts()
 
     def update_block_hashes(self, request: Request) -> None:
         if self.enable_caching:
@@ -269,6 +300,8 @@ class HybridKVCacheManager:
         request.shared_prefix_boundary = 0
         if not self.enable_caching:
             return PrefixHit(), 0
+        if self.checkpoints is not None:
+            return self._checkpoint_hit(request)
         size, hashes, lookup = self.block_size, request.block_hashes, self.pool.lookup
         attention = []
         for block_hash in hashes[: (request.num_tokens - 1) // size]:
@@ -291,7 +324,67 @@ class HybridKVCacheManager:
         if num_hit_blocks < usable:
             request.shared_prefix_boundary = usable * size
         hit = PrefixHit(attention[:num_hit_blocks], gdn, num_hit_blocks * size)
+        request.prefix_hit_reason = _hit_reason(request, hit.num_tokens, len(attention) * size, usable * size, size,
+                                                evicted=False)
         return hit, hit.num_tokens
+
+    def _checkpoint_hit(self, request: Request) -> tuple[PrefixHit, int]:
+        """"chunk" mode: the longest prefix whose attention blocks are cached and which ends at a GDN
+        checkpoint (a multiple of checkpoint_granularity); with use_eagle one matched attention block
+        short. The attention hit floored to the granularity, when longer, is the request's junction
+        (its checkpoint there is kept when saved)."""
+        size, gran, hashes = self.block_size, self.checkpoint_granularity, request.block_hashes
+        lookup, key = self.pool.lookup, self.attention_group
+        attention = []
+        for block_hash in hashes[: (request.num_tokens - 1) // size]:
+            block = lookup(_group_key(block_hash, key))
+            if block is None:
+                break
+            attention.append(block)
+        usable = max(len(attention) - 1, 0) if self.use_eagle else len(attention)
+        hit_tokens, slot = 0, None
+        for boundary in range(usable * size // gran * gran, 0, -gran):
+            slot = self.checkpoints.lookup(hashes[boundary // size - 1])
+            if slot is not None:
+                hit_tokens = boundary
+                break
+        junction = usable * size // gran * gran
+        if junction > hit_tokens:
+            request.shared_prefix_boundary = junction
+        next_boundary = hit_tokens + gran
+        evicted = (next_boundary // size <= len(hashes)
+                   and self.checkpoints.was_evicted(hashes[next_boundary // size - 1]))
+        request.prefix_hit_reason = _hit_reason(request, hit_tokens, len(attention) * size, usable * size, gran,
+                                                evicted)
+        hit = PrefixHit(attention[: hit_tokens // size], [], hit_tokens, slot)
+        return hit, hit_tokens
+
+    def plan_checkpoints(self, request: Request, start: int, num_new: int) -> list[tuple[int, int]]:
+        """"chunk" mode: the checkpoints a step of ``num_new`` tokens from ``start`` saves, as (tokens
+        from the step's start, slot). A boundary b is saved when it is a multiple of the granularity,
+        its attention blocks are hashed (known tokens), the chunk kernel has a chunk end there (b - start
+        a multiple of gdn_checkpoint_tokens: always after an aligned chunk), and it is not cached yet. The
+        prompt's last reachable boundary and the request's junction are kept (see gdn_checkpoints.py)."""
+        size, gran, pool = self.block_size, self.checkpoint_granularity, self.checkpoints
+        end = min(start + num_new, len(request.block_hashes) * size)
+        first = (start // gran + 1) * gran
+        if first > end:
+            return []
+        last_prompt = (request.num_prompt_tokens - 1) // size * size - (size if self.use_eagle else 0)
+        kept = {max(last_prompt, 0) // gran * gran, request.shared_prefix_boundary}
+        saves = []
+        for boundary in range(first, end + 1, gran):
+            if (boundary - start) % CHUNK_TOKENS:
+                continue  # not a chunk end of the kernel in this step (an unaligned step start)
+            key = request.block_hashes[boundary // size - 1]
+            if pool.lookup(key) is not None:
+                if boundary in kept:
+                    pool.keep(key)
+                continue
+            slot = pool.reserve(key, kept=boundary in kept)
+            if slot is not None:
+                saves.append((boundary - start, slot))
+        return saves
 
     # ----------------------------------------------------------- allocation
 
@@ -301,7 +394,7 @@ class HybridKVCacheManager:
         num_hit_blocks = len(hit.attention)
         total = 0
         for g, group in enumerate(self.gdn_groups):
-            hit_block = (hit.gdn[g], num_hit_blocks) if hit else None
+            hit_block = (hit.gdn[g], num_hit_blocks) if hit.gdn else None
             total += group.num_blocks_to_allocate(request_id, num_tokens, num_tokens_main, hit_block)
         held = len(request.block_ids) + num_hit_blocks
         total += max(_cdiv(num_tokens, self.block_size) - held, 0)
@@ -339,6 +432,8 @@ class HybridKVCacheManager:
             return None
         request_id = request.request_id
         if hit:
+            if hit.checkpoint is not None:
+                self.checkpoints.use(hit.checkpoint)  # read at the step's start: not evicted before
             for group, block in zip(self.gdn_groups, hit.gdn):
                 group.add_hit(request_id, block, len(hit.attention))
             self.pool.touch(hit.attention)
@@ -438,7 +533,8 @@ class HybridKVCacheManager:
         if request.shared_prefix_boundary:
             boundaries.append(request.shared_prefix_boundary)
         for group in self.gdn_groups:
-            group.cache(request, num_tokens, boundaries)
+            if group.align:  # "chunk" mode caches checkpoints instead (plan_checkpoints)
+                group.cache(request, num_tokens, boundaries)
         num_full = min(num_tokens // self.block_size, len(request.block_hashes))
         if num_full <= request.num_cached_blocks:
             return

@@ -124,6 +124,9 @@ class Request:
         # The attention prefix hit beyond the GDN hit at the last cache lookup (0: none):
         # align-mode chunks stop there so that its state gets cached (vLLM's name).
         self.shared_prefix_boundary = 0
+        # Hybrid prefix caching: why the last prefix-cache lookup's hit stopped where it did
+        # (gdn_checkpoints.HIT_REASONS; "" before any lookup or without caching).
+        self.prefix_hit_reason = ""
 
     @property
     def num_tokens(self) -> int:

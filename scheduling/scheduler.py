@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from .config import SchedulerConfig
+from .gdn_checkpoints import PrefixCacheStats
 from .hybrid_kv_cache import HybridKVCacheManager
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
@@ -61,6 +62,13 @@ class SchedulerOutput:
     block_size: int
     enable_chunked_prefill: bool = True
     num_speculative_tokens: int = 0
+    # Hybrid prefix caching: each admitted request's reason its hit stopped where it did
+    # (gdn_checkpoints.HIT_REASONS); "chunk" mode: the checkpoint slot each admitted hit loads its GDN
+    # states from before the step, and the checkpoints each request saves in the step, as
+    # (tokens from the step's start, slot), in increasing order.
+    prefix_hit_reasons: dict[str, str] = field(default_factory=dict)
+    gdn_checkpoint_loads: dict[str, int] = field(default_factory=dict)
+    gdn_checkpoint_saves: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     # Set by update_from_output(): a step's tokens are applied once, never twice.
     applied: bool = field(default=False, repr=False, compare=False)
 
@@ -92,6 +100,8 @@ class Scheduler:
             self.kv_cache = HybridKVCacheManager(
                 config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching,
                 config.num_gdn_groups, config.num_speculative_tokens, use_eagle=config.use_eagle,
+                mode=config.gdn_cache_mode, num_checkpoints=config.num_gdn_checkpoints,
+                checkpoint_granularity=config.checkpoint_granularity,
             )
         else:
             self.kv_cache = KVCacheManager(
@@ -99,7 +109,10 @@ class Scheduler:
             )
         self.state_rows = StateSlotPool(config.max_num_seqs) if config.is_hybrid else None
         # vLLM's "align" mode: prefix caching on a hybrid model clips chunks to block boundaries.
-        self.align_gdn_chunks = config.is_hybrid and config.enable_prefix_caching
+        self.align_gdn_chunks = config.gdn_cache_mode == "align"
+        # "chunk" mode: GDN checkpoints every checkpoint_granularity tokens, in a pool of their own.
+        self.gdn_checkpoints = config.gdn_cache_mode == "chunk"
+        self.prefix_cache_stats = PrefixCacheStats(getattr(self.kv_cache, "checkpoints", None))
         self.requests: dict[str, Request] = {}
         self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
@@ -120,7 +133,9 @@ class Scheduler:
             config.block_size,
             config.num_usable_blocks,
             config.policy,
-            f" gdn_groups={config.num_gdn_groups} gdn_mode={'align' if self.align_gdn_chunks else 'none'}"
+            f" gdn_groups={config.num_gdn_groups} gdn_mode={config.gdn_cache_mode}"
+            + (f" gdn_checkpoints={config.num_gdn_checkpoints}x{config.checkpoint_granularity}tok"
+               if self.gdn_checkpoints else "")
             if config.is_hybrid else "",
         )
 
@@ -198,7 +213,7 @@ class Scheduler:
         """GDN pages one request can hold at once, all groups together: one (plus the
         speculative ones) per group without prefix caching, two (plus those) in align mode."""
         cfg = self.config
-        per_group = (2 if self.align_gdn_chunks else 1) + cfg.num_speculative_tokens
+        per_group = (2 if self.align_gdn_chunks else 1) + cfg.num_speculative_tokens  # "chunk": as "none"
         return cfg.num_gdn_groups * per_group if cfg.is_hybrid else 0
 
     def update_draft_token_ids(self, draft_token_ids: dict[str, list[int]]) -> None:
@@ -239,6 +254,8 @@ class Scheduler:
         preempted: list[Request] = []
         new_ids, resumed_ids = [], []
         num_cached_tokens: dict[str, int] = {}
+        prefix_hit_reasons: dict[str, str] = {}
+        checkpoint_loads: dict[str, int] = {}
         # What the model runner reads per scheduled request (see _record_admitted).
         token_ids: dict[str, list[int]] = {}
         block_ids: dict[str, list[int]] = {}
@@ -250,6 +267,7 @@ class Scheduler:
         priority = cfg.policy == "priority"
         was_prefill_chunk: dict[str, bool] = {}  # priority: restored if a scheduled request is preempted
         align = self.align_gdn_chunks
+        checkpoints = self.gdn_checkpoints
         kv_cache.new_step_starts()
         # A long prompt may not hog the step only when someone else wants tokens too.
         threshold = cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
@@ -293,6 +311,9 @@ class Scheduler:
             if align and num_new > 0 and computed < max(request.num_prompt_tokens, num_tokens - 1):
                 # (A decode, the usual case, is past the prefill: the split would return num_new.)
                 num_new = self._gdn_block_aligned_split(request, num_new)
+                end = computed + num_new
+            elif checkpoints and num_new > 0 and computed < max(request.num_prompt_tokens, num_tokens - 1):
+                num_new = self._checkpoint_aligned_split(request, num_new)
                 end = computed + num_new
             if num_new <= 0:
                 index += 1  # nothing to do for it now; not a reason to stop
@@ -411,6 +432,8 @@ class Scheduler:
                     break  # no block-aligned chunk fits: admission ends for this step
                 if pad_drafts and num_new != 1 + cfg.num_speculative_tokens:
                     num_new, pad_drafts = 1, False  # clipped placeholder rows: drop them
+            elif checkpoints and not pad_drafts:
+                num_new = self._checkpoint_aligned_split(request, num_new, num_cached)
 
             blocks = self.kv_cache.allocate_slots(
                 request,
@@ -429,6 +452,12 @@ class Scheduler:
                 new_ids.append(request.request_id)
             else:
                 resumed_ids.append(request.request_id)
+            if hybrid and kv_cache.enable_caching:
+                prefix_hit_reasons[request.request_id] = request.prefix_hit_reason
+                if request.status is RequestStatus.WAITING:
+                    self.prefix_cache_stats.record(request.num_prompt_tokens, num_cached, request.prefix_hit_reason)
+                if cached_blocks.checkpoint is not None:
+                    checkpoint_loads[request.request_id] = cached_blocks.checkpoint
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
             num_cached_tokens[request.request_id] = num_cached
@@ -444,6 +473,13 @@ class Scheduler:
         # Batch order, the order of num_scheduled: the running requests kept, then the admitted ones.
         self._record_admitted(admitted, num_scheduled, spec_tokens, token_ids, block_ids, group_block_ids,
                               state_slots, sampling)
+        checkpoint_saves = {}
+        if checkpoints:
+            # Planned once the batch is final (a preempted request saves nothing), in batch order.
+            for request_id, num_new in num_scheduled.items():
+                saves = kv_cache.plan_checkpoints(self.requests[request_id], computed_before[request_id], num_new)
+                if saves:
+                    checkpoint_saves[request_id] = saves
         finished, self._finished = set(self._finished), {}
         return SchedulerOutput(
             num_scheduled_tokens=num_scheduled,
@@ -466,7 +502,22 @@ class Scheduler:
             block_size=cfg.block_size,
             enable_chunked_prefill=cfg.enable_chunked_prefill,
             num_speculative_tokens=cfg.num_speculative_tokens,
+            prefix_hit_reasons=prefix_hit_reasons,
+            gdn_checkpoint_loads=checkpoint_loads,
+            gdn_checkpoint_saves=checkpoint_saves,
         )
+
+    def _checkpoint_aligned_split(self, request: Request, num_new: int, num_new_cached: int = 0) -> int:
+        """"chunk" mode: a prefill chunk that does not finish the prefill ends on a checkpoint boundary
+        when one lies inside it, so that the next chunk starts on the chunk kernel's grid (its
+        checkpoints are then chunk ends of the kernel). A chunk too short to reach one keeps its end."""
+        start = request.num_computed_tokens + num_new_cached
+        end = start + num_new
+        if end >= max(request.num_prompt_tokens, request.num_tokens - 1):
+            return num_new
+        gran = self.config.checkpoint_granularity
+        aligned = end // gran * gran
+        return aligned - start if aligned > start else num_new
 
     def _gdn_block_aligned_split(self, request: Request, num_new: int, num_new_cached: int = 0) -> int:
         """Clip a prefill chunk so that it ends where a GDN state must be cached (align mode).
@@ -695,7 +746,8 @@ class Scheduler:
         time (a poisoned request ends alone; the ones that failed with it come back one after another). At its ``max_consecutive_failures``-th failed step in a row it ends instead with FINISHED_ERROR (finish reason "error") and is freed. A named request may be
         running, waiting, finished by update_from_output in the step, or left half-admitted by a schedule()
         that raised. First the step's prefix-cache registrations are dropped: the pages the step wrote may be
-        half-written, so no later hit may read them. Requests not named go on untouched.
+        half-written, so no later hit may read them (nor the GDN checkpoints it saved, in "chunk" mode).
+        Requests not named go on untouched.
 
         Every request of the step that has not finished must be named (ValueError otherwise); when
         schedule() raised (None), every unfinished request (ValueError otherwise): no
@@ -724,6 +776,8 @@ class Scheduler:
             raise ValueError(f"rollback_step: schedule() raised, so every unfinished request must be rolled back; "
                              f"missing {sorted(self.requests.keys() - named.keys())}")
         self.kv_cache.pool.drop_step_registrations()
+        if getattr(self.kv_cache, "checkpoints", None) is not None:  # "chunk" mode: the step's GDN checkpoints too
+            self.kv_cache.checkpoints.drop_step_reservations()
         order, seen = [], set()  # serving order: running, then waiting, then the others
         for request in chain(self.running, self.waiting, named.values()):
             if request.request_id in named and request.request_id not in seen:

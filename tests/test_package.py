@@ -113,7 +113,7 @@ def test_fake_implementations_propagate_shapes(gen):
         k = torch.empty(2, 16, 4, 32)
         v = torch.empty(2, 16, 8, 16)
         g = torch.empty(2, 16, 8)
-        o, final = torch.ops.qwen_ops.chunk_gated_delta_rule(q, k, v, g, g, None, None, True, None, None, None,
+        o, final, _ = torch.ops.qwen_ops.chunk_gated_delta_rule(q, k, v, g, g, None, None, True, None, None, None,
                                                             False, None)
         assert o.shape == v.shape and final.shape == (2, 8, 32, 16)
         with pytest.raises(ValueError, match="argument 'v'"):

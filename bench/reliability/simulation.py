@@ -34,18 +34,23 @@ from qwen_ops import SamplingParams
 from qwen_ops.model.engine.step_failure import StepFailedError
 
 MTP = {"method": "mtp", "num_speculative_tokens": 2}
-# The engine's prefix-caching modes (off: GDN "none" mode; on: "align" mode, with MTP its EAGLE block drop),
-# with and without MTP, and an INT8 KV cache; every one on a small pool so that requests get preempted.
+# The engine's prefix-caching modes (off: GDN "none" mode; on: "align" mode, with MTP its EAGLE block drop, and
+# "chunk" mode, the default, with its GDN checkpoint pool), with and without MTP, and an INT8 KV cache; every one
+# on a small pool so that requests get preempted.
 POOL = dict(num_blocks=24, block_size=16, max_num_seqs=4, max_num_batched_tokens=32)
 CONFIGS = {
     "none": dict(enable_prefix_caching=False),
-    "align": dict(enable_prefix_caching=True),
+    "align": dict(enable_prefix_caching=True, mamba_cache_mode="align"),
+    "chunk": dict(enable_prefix_caching=True, mamba_cache_mode="chunk"),
     "none-mtp": dict(enable_prefix_caching=False, speculative_config=MTP),
-    "align-mtp": dict(enable_prefix_caching=True, speculative_config=MTP),
-    "int8-align": dict(kv_cache_dtype="int8", enable_prefix_caching=True),
+    "align-mtp": dict(enable_prefix_caching=True, mamba_cache_mode="align", speculative_config=MTP),
+    "chunk-mtp": dict(enable_prefix_caching=True, mamba_cache_mode="chunk", speculative_config=MTP),
+    "int8-align": dict(kv_cache_dtype="int8", enable_prefix_caching=True, mamba_cache_mode="align"),
+    "int8-chunk": dict(kv_cache_dtype="int8", enable_prefix_caching=True, mamba_cache_mode="chunk"),
 }
-# The reference a config is checked against: float32 ones against the plain float32 engine, INT8 its own.
-REFERENCE = {name: ("int8-align" if name.startswith("int8") else "none") for name in CONFIGS}
+# The reference a config is checked against: float32 ones against the plain float32 engine, INT8 ones their own
+# config (served alone, with the same restarts).
+REFERENCE = {name: (name if name.startswith("int8") else "none") for name in CONFIGS}
 
 
 @dataclass

@@ -169,6 +169,13 @@ def _gdn_chunk(draw, s, dtype):
     q, k, v, g, beta, cu = _gdn_inputs(draw, s, dtype, [70, 30], l2norm=False)
     ops.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu, backend="triton")
     yield "fresh states, final states out"
+    # "chunk" prefix caching: the states at chunk ends 64 of the first sequence also emitted.
+    q, k, v, g, beta, cu = _gdn_inputs(draw, s, dtype, [70, 64, 30], l2norm=True)
+    pool, idx, has = _pool(draw, s, 3)
+    ops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu, ssm_state_indices=idx,
+                               has_initial_state=has, use_qk_l2norm_in_kernel=True, backend="triton",
+                               checkpoint_boundaries=torch.tensor([[0, 1], [1, 1]], dtype=torch.int32))
+    yield "state pool, chunk-boundary checkpoints out"
 
 
 def _gdn_recurrent(draw, s, dtype):

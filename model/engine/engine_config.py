@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
@@ -25,7 +25,8 @@ from ..network.kv_cache_groups import num_gdn_groups
 from ..network.mtp import count_mtp_layers
 from ..spec_decode.speculative_config import SpeculativeConfig, parse_speculative_config
 from ..worker.device_memory import default_device, default_kv_cache_gib, device_memory
-from ..worker.kv_cache import MemoryPlan, fit_max_model_len, plan_memory, pool_block_size, weight_bytes
+from ..worker.kv_cache import (MemoryPlan, bytes_per_state_slot, fit_max_model_len, plan_memory, pool_block_size,
+                               weight_bytes)
 
 logger = logging.getLogger("qwen_ops.engine")
 
@@ -101,7 +102,8 @@ class EngineConfig:
                   calibration_prompts: Sequence[str | list[int]] | None = None,
                   speculative_config=None, enforce_eager: bool | None = None,
                   compile_backend: str | None = None, max_capture_size: int | None = None,
-                  quantization: str | None = None) -> "EngineConfig":
+                  quantization: str | None = None, mamba_cache_mode: str | None = None,
+                  gdn_checkpoint_memory_share: float = 0.25) -> "EngineConfig":
         """Check and resolve ``LLMEngine``'s arguments (the same names and defaults)."""
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ValueError(f"LLM(dtype=...) must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -170,8 +172,11 @@ class EngineConfig:
         groups = num_gdn_groups(config)
         if enable_prefix_caching is None:  # vLLM 0.33: on for generative hybrid models (see LLMEngine)
             enable_prefix_caching = enable_chunked_prefill or groups == 0
+        gdn_mode = _gdn_cache_mode(mamba_cache_mode, groups, enable_prefix_caching, gdn_checkpoint_memory_share)
+        chunk_mode = gdn_mode == "chunk"
         requested_block_size = block_size
-        block_size = pool_block_size(config, block_size, torch_dtype, kv_dtype)
+        if not chunk_mode:  # "chunk" mode keeps the block asked for: the GDN states are not in the pool's pages
+            block_size = pool_block_size(config, block_size, torch_dtype, kv_dtype)
         block_size_reason = (
             "" if block_size == requested_block_size else
             f" (raised from {requested_block_size}: an attention page must hold a GDN page, vLLM's rule)")
@@ -180,9 +185,21 @@ class EngineConfig:
         # A request's GDN pages in the pool: "none" mode one per group (plus one per draft token, the
         # 1 + k state rows of speculation), align mode at most 2 live ones per group (older ones go to
         # the cache), as vLLM's scheduler counts them.
-        pages = dict(gdn_pages_per_request=groups * ((2 if enable_prefix_caching else 1) + k),
-                     state_rows_per_request=1 + k, num_mtp_layers=mtp_layers)
+        pages = dict(gdn_pages_per_request=groups * ((2 if enable_prefix_caching and not chunk_mode else 1) + k),
+                     state_rows_per_request=1 + k, num_mtp_layers=mtp_layers, gdn_in_pages=not chunk_mode)
         budget_bytes = int(kv_cache_memory_gib * 2**30)
+        num_checkpoints, outside_bytes = 0, 0
+        if chunk_mode:
+            # The checkpoint pool takes its share of the budget; the running GDN states (1 + k rows per
+            # request) and the checkpoints are outside the page pool, which gets the rest.
+            slot_bytes = bytes_per_state_slot(config, torch_dtype)
+            num_checkpoints = max(int(budget_bytes * gdn_checkpoint_memory_share) // slot_bytes, 1)
+            outside_bytes = (num_checkpoints + max_num_seqs * (1 + k)) * slot_bytes
+            if outside_bytes >= budget_bytes:
+                raise ValueError(f"LLM(kv_cache_memory_gib={kv_cache_memory_gib}) cannot hold the GDN states of "
+                                 f"max_num_seqs={max_num_seqs} requests and {num_checkpoints} GDN checkpoints "
+                                 f"({outside_bytes / 2**20:.1f} MiB): raise it or lower max_num_seqs")
+            budget_bytes -= outside_bytes
         if max_model_len is not None:
             max_model_len_reason = "given"
         else:
@@ -192,6 +209,11 @@ class EngineConfig:
         plan = plan_memory(config, budget_bytes=budget_bytes, block_size=block_size, max_num_seqs=max_num_seqs,
                            max_model_len=max_model_len, dtype=torch_dtype, kv_dtype=kv_dtype, num_blocks=num_blocks,
                            **pages)
+        if chunk_mode:
+            # The pool's blocks hold attention pages only (plan_memory sized them so: state_bytes is 0); the
+            # running states and the checkpoints are the bytes outside it.
+            plan = replace(plan, num_state_slots=plan.max_num_seqs * (1 + k), gdn_checkpoints=num_checkpoints,
+                           state_bytes_outside=outside_bytes)
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=plan.max_num_seqs,
             block_size=block_size, num_blocks=plan.num_blocks, max_model_len=max_model_len,
@@ -200,7 +222,8 @@ class EngineConfig:
             num_gdn_groups=groups,
             num_speculative_tokens=k,
             # MTP is an EAGLE-style drafter (its KV at a position needs the next token): vLLM's use_eagle.
-            use_eagle=k > 0 and groups > 0)
+            use_eagle=k > 0 and groups > 0,
+            mamba_cache_mode=gdn_mode, num_gdn_checkpoints=num_checkpoints)
         enforce_eager, eager_reason, compile_backend = _graph_mode(enforce_eager, compile_backend, device)
         return cls(model_dir=model_dir, config=config, device=device, dtype=torch_dtype, kv_cache_dtype=kv_dtype,
                    backend=backend, seed=seed, speculative_config=spec, num_mtp_layers=mtp_layers,
@@ -217,11 +240,17 @@ class EngineConfig:
         p, c = self.plan, self.scheduler_config
         kv = str(self.kv_cache_dtype).replace("torch.", "")
         rows = f" {p.state_rows_per_request}_rows_per_request" if p.state_rows_per_request > 1 else ""
+        if p.gdn_checkpoints:
+            states = (f"gdn_states=outside_pool ({p.num_state_slots} rows + {p.gdn_checkpoints} checkpoints, "
+                      f"{p.state_bytes_outside / 2**20:.1f} MiB)")
+        else:
+            states = f"gdn_states=in_pool_pages{rows} ({p.state_bytes / 2**20:.1f} MiB)"
+        caching = ("off" if not c.enable_prefix_caching else
+                   f"on (mamba_cache_mode={c.gdn_cache_mode})" if c.num_gdn_groups else "on")
         return (f"max_num_batched_tokens={c.max_num_batched_tokens} max_num_seqs={c.max_num_seqs} "
                 f"max_model_len={c.max_model_len} ({self.max_model_len_reason}) block_size={c.block_size}"
                 f"{self.block_size_reason} num_blocks={c.num_blocks} "
-                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) gdn_states=in_pool_pages{rows} "
-                f"({p.state_bytes / 2**20:.1f} MiB) prefix_caching={'on' if c.enable_prefix_caching else 'off'} "
+                f"kv_cache={kv} ({p.kv_bytes / 2**20:.1f} MiB) {states} prefix_caching={caching} "
                 f"budget={self.kv_cache_memory_gib:.2f} GiB device={self.device} {self.describe_weights()} "
                 f"{self.describe_graph_mode()}")
 
@@ -263,6 +292,27 @@ def _graph_mode(enforce_eager: bool | None, compile_backend: str | None, device:
     elif not isinstance(compile_backend, str) or compile_backend not in available_backends():
         raise ValueError(f"LLM(compile_backend=...) must be one of {available_backends()}, got {compile_backend!r}")
     return enforce_eager, reason, compile_backend
+
+
+def _gdn_cache_mode(mode: str | None, groups: int, caching: bool, share: float) -> str | None:
+    """The engine's prefix-caching mode of a hybrid model's GDN states (vLLM's ``mamba_cache_mode`` spelling),
+    checked: "chunk" (the default with prefix caching: the block stays as asked, GDN checkpoints every 64
+    tokens), "align" (vLLM 0.33's default, selectable) or "none" (no prefix caching); None for a model
+    without GDN layers."""
+    if mode not in (None, "none", "align", "chunk"):
+        raise ValueError(f"LLM(mamba_cache_mode=...) must be 'none', 'align', 'chunk' or None, got {mode!r}")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+        raise ValueError(f"LLM(gdn_checkpoint_memory_share=...) must be a number in (0, 1), got {share!r}")
+    if not groups:
+        if mode not in (None, "none"):
+            raise ValueError(f"LLM(mamba_cache_mode={mode!r}) needs a hybrid model (one with GDN layers)")
+        return None
+    if mode is None:
+        return "chunk" if caching else "none"
+    if (mode != "none") != caching:
+        raise ValueError(f"LLM(mamba_cache_mode={mode!r}) does not go with enable_prefix_caching={caching}: "
+                         "'none' is the mode without prefix caching, 'align' and 'chunk' the modes with it")
+    return mode
 
 
 def _fitted_max_model_len(config: Qwen35Config, budget_gib: float, num_blocks: int | None, **plan) -> tuple[int, str]:

@@ -89,6 +89,9 @@ def _summary(llm, outputs, wall: float) -> list[str]:
         cached = sum(o.num_cached_tokens for o in outputs)
         lines.append(f"prefix cache: {cached} of {prompt_tokens} prompt tokens hit "
                      f"({100 * cached / max(prompt_tokens, 1):.1f} % hit rate)")
+        stats = llm.llm_engine.scheduler.prefix_cache_stats
+        if stats.requests:  # a hybrid model: engine-wide, why the hits stopped where they did
+            lines.append(stats.summary())
     spec = llm.model_runner.spec
     if spec is not None:
         lines.append(spec.total.summary())

@@ -64,6 +64,7 @@ class _Tracked:
     first_token_time: float | None = None
     finish_time: float | None = None
     num_cached_tokens: int | None = None  # the prefix-cache hit at first admission (vLLM's rule)
+    prefix_hit_reason: str = ""  # why that hit stopped where it did (scheduling.gdn_checkpoints.HIT_REASONS)
 
 
 def _derived_seed(seed: int, request_id: str) -> int:
@@ -94,12 +95,18 @@ class LLMEngine:
             max_num_batched_tokens >= max_num_seqs (default: the scheduler's
             ``default_batch_limits`` for this device, offline usage, adjusted to
             that rule).
-        enable_prefix_caching: reuse cached prefixes: attention blocks and the GDN states at block
-            boundaries (vLLM 0.33's "align" mode; the GDN states live in the pool's pages,
-            ``worker/gdn_pages.py``). None (default): on, as vLLM 0.33 turns it on by default for
+        enable_prefix_caching: reuse cached prefixes: attention blocks and, on a hybrid model, GDN
+            states (how: ``mamba_cache_mode``). None (default): on, as vLLM 0.33 turns it on by default for
             generative hybrid models, with speculative decoding too (then a hit stops one block short,
             vLLM's rule for EAGLE/MTP drafters). Needs chunked prefill (ValueError otherwise).
             ``RequestOutput.num_cached_tokens`` is each request's hit.
+        mamba_cache_mode: how a hybrid model caches GDN states with prefix caching (vLLM's spelling).
+            None (default): "chunk" with prefix caching, "none" without. "chunk": the block stays
+            ``block_size``, GDN states are checkpointed every lcm(64, block_size) tokens in a pool of
+            ``gdn_checkpoint_memory_share`` of the budget, outside the page pool
+            (``scheduling/gdn_checkpoints.py``). "align": vLLM 0.33's mode, step-identical to its
+            scheduler: GDN states at block-aligned chunk ends in the pool's pages
+            (``worker/gdn_pages.py``), the block raised until an attention page holds a GDN page.
         backend: the ops backend ("torch", "triton", "ascendc"; None: by device). Ops the
             chosen backend does not implement run on the device's default backend
             (``backend_summary()`` says which).
@@ -353,6 +360,7 @@ class LLMEngine:
                 tracked = self._tracked.get(request_id)
                 if tracked is not None and tracked.num_cached_tokens is None:
                     tracked.num_cached_tokens = hit  # vLLM keeps the first admission's hit, not a resumed one's
+                    tracked.prefix_hit_reason = scheduler_output.prefix_hit_reasons.get(request_id, "")
             stage = "execute"
             runner_output = self.model_runner.execute(scheduler_output)
             changed = []
@@ -457,6 +465,9 @@ class LLMEngine:
                                       list(t.logprobs) if t.logprobs is not None else None)
         metrics = {"arrival_time": t.arrival, "first_token_time": t.first_token_time,
                    "finished_time": t.finish_time}
+        if t.prefix_hit_reason:  # a hybrid model with prefix caching: why the hit stopped where it did
+            metrics["num_cached_tokens"] = t.num_cached_tokens or 0
+            metrics["prefix_hit_reason"] = t.prefix_hit_reason
         spec = self.model_runner.spec
         if spec is not None:
             metrics.update(spec.request_stats(request_id).as_metrics())

@@ -83,6 +83,8 @@ class GatedDeltaNet:
         """x: [T, hidden] -> [T, hidden]."""
         t = x.shape[0]
         conv_states, ssm_states = caches.conv_states[self.layer], caches.ssm_states[self.layer]
+        pools = (getattr(caches, "checkpoint_conv", {}).get(self.layer),
+                 getattr(caches, "checkpoint_ssm", {}).get(self.layer))
         mixed, z, b, a = (linear(x, w) for w in (self.qkv_w, self.z_w, self.b_w, self.a_w))
 
         nd, ndt = batch.num_decodes, batch.num_decode_tokens
@@ -104,9 +106,9 @@ class GatedDeltaNet:
                                 backend=fused, **spec_form)
             if ndt < t:
                 o = torch.cat([o, self._composed(mixed[ndt:], z[ndt:], b[ndt:], a[ndt:], 0, 0, rows, None, batch,
-                                                 conv_states, ssm_states)])
+                                                 conv_states, ssm_states, pools)])
         else:
-            o = self._composed(mixed, z, b, a, nd, ndt, rows, spec_rows, batch, conv_states, ssm_states)
+            o = self._composed(mixed, z, b, a, nd, ndt, rows, spec_rows, batch, conv_states, ssm_states, pools)
         return linear(o, self.out_w)
 
     def _decodes_fused(self, mixed: torch.Tensor, conv_states: torch.Tensor, ssm_states: torch.Tensor,
@@ -126,11 +128,13 @@ class GatedDeltaNet:
             return None
         return name if name in IMPLEMENTATIONS[FUSED_DECODE_OP] else None
 
-    def _composed(self, mixed, z, b, a, nd, ndt, rows, spec_rows, batch: StepInputs, conv_states, ssm_states):
+    def _composed(self, mixed, z, b, a, nd, ndt, rows, spec_rows, batch: StepInputs, conv_states, ssm_states,
+                  pools=(None, None)):
         """The ops one by one over [nd decode sequences (ndt tokens) | the step's prefill chunks] -> [T', value_dim].
 
         ``rows``: the step's state rows of all its sequences (prefill chunks take ``rows[batch.num_decodes:]``);
-        ``spec_rows`` the speculative ones, or None.
+        ``spec_rows`` the speculative ones, or None. ``pools``: this layer's (conv, recurrent) checkpoint pools
+        ("chunk" prefix caching), which the step's ``batch.gdn_checkpoints`` saves fill.
         """
         t = mixed.shape[0]
         spec = spec_rows is not None
@@ -149,6 +153,17 @@ class GatedDeltaNet:
             conv_out.append(ops.causal_conv1d_update(
                 mixed[:ndt], conv_states, self.conv_w, cache_indices=rows[:nd],
                 activation="silu", backend=self.backend("causal_conv1d_update")))
+        saves = getattr(batch, "gdn_checkpoints", None)
+        if saves is not None and pools[0] is None:
+            raise ValueError(f"GDN layer {self.layer}: the step saves GDN checkpoints but the caches have no "
+                             "checkpoint pools (add_gdn_checkpoint_pools)")
+        if saves is not None and ndt < t:
+            # The conv state at a boundary is the last K - 1 conv inputs before it ("chunk" prefix caching).
+            _, ends, slots = saves
+            width = self.conv_w.shape[1] - 1
+            taps = ends[:, None] - width + torch.arange(width, device=ends.device)
+            pool = pools[0]
+            pool.index_copy_(0, slots, mixed[ndt:][taps].to(pool.dtype))
         if ndt < t:
             conv_out.append(ops.causal_conv1d_fn(
                 mixed[ndt:].contiguous(), self.conv_w, conv_states=conv_states,
@@ -179,14 +194,16 @@ class GatedDeltaNet:
             outs.append(o[:, 0])
         if ndt < t:
             # Prefill chunks: packed along T, each from its saved state or from zeros.
-            o, _ = ops.chunk_gated_delta_rule(
+            result = ops.chunk_gated_delta_rule(
                 q[None, ndt:].contiguous(), k[None, ndt:].contiguous(), v[None, ndt:].contiguous(),
                 g[None, ndt:].contiguous(), beta[None, ndt:].contiguous(), initial_state=ssm_states,
                 cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=rows[first_prefill:],
                 has_initial_state=batch.has_initial_state[first_prefill:], use_qk_l2norm_in_kernel=True,
                 backend=self.backend("chunk_gated_delta_rule"), chunk_indices=batch.chunk_indices,
-                chunk_offsets=batch.chunk_offsets)
-            outs.append(o[0])
+                chunk_offsets=batch.chunk_offsets, checkpoint_boundaries=saves[0] if saves is not None else None)
+            if saves is not None:  # the recurrent states at the boundaries, emitted at the kernel's chunk ends
+                pools[1].index_copy_(0, saves[2], result[2])
+            outs.append(result[0][0])
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
         o = gated_rms_norm(o, z.reshape(t, self.nv, self.dv), self.norm_w, self.eps)
         return o.reshape(t, self.value_dim)

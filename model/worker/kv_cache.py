@@ -58,6 +58,9 @@ class ModelCaches:
     ssm_states: dict[int, torch.Tensor] = field(default_factory=dict)
     # With GDN states in the pool's pages: the state rows are block ids (num_state_slots == num_blocks).
     gdn_in_pages: bool = False
+    # The "chunk" prefix-caching mode's GDN checkpoints per GDN layer (gdn_checkpoint_rows.py), else empty.
+    checkpoint_conv: dict[int, torch.Tensor] = field(default_factory=dict)
+    checkpoint_ssm: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def kv_cache_dtype(self) -> torch.dtype | None:
@@ -165,20 +168,27 @@ class MemoryPlan:
     state_bytes: int
     budget_bytes: int | None
     state_rows_per_request: int = 1
+    # "chunk" prefix caching: the GDN checkpoint pool's slots, and the bytes of the GDN states kept outside
+    # the page pool (num_state_slots running rows plus the checkpoints, each a state slot's bytes).
+    gdn_checkpoints: int = 0
+    state_bytes_outside: int = 0
 
 
 def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: int, max_num_seqs: int,
                 max_model_len: int, dtype: torch.dtype, kv_dtype: torch.dtype,
                 num_blocks: int | None = None, gdn_pages_per_request: int = 0,
-                state_rows_per_request: int = 1, num_mtp_layers: int = 0) -> MemoryPlan:
+                state_rows_per_request: int = 1, num_mtp_layers: int = 0,
+                gdn_in_pages: bool = True) -> MemoryPlan:
     """Size the one page pool.
 
     Every block costs ``bytes_per_pool_block`` (its attention pages and its GDN
-    state rows). The blocks take the budget, capped at what ``max_num_seqs``
-    requests of ``max_model_len`` tokens can use, each also holding
-    ``gdn_pages_per_request`` pages for its GDN states (the scheduler's count:
-    one per GDN group and state row in "none" mode; align mode holds at most 2
-    per group and caches more, which the cap does not limit); ``num_blocks``
+    state rows; with ``gdn_in_pages=False``, the "chunk" prefix-caching layout whose
+    GDN states live outside the pool, its attention pages only: ``state_bytes`` is 0).
+    The blocks take the budget, capped at what ``max_num_seqs`` requests of
+    ``max_model_len`` tokens can use, each also holding ``gdn_pages_per_request``
+    pages for its GDN states (the scheduler's count: one per GDN group and state
+    row in "none" and "chunk" modes; align mode holds at most 2 per group and
+    caches more, which the cap does not limit); ``num_blocks``
     overrides that. ``state_rows_per_request`` (1 + k with k speculative tokens)
     is checked; its rows are among ``gdn_pages_per_request``. ``num_mtp_layers``
     MTP layers (speculation) keep their own KV caches on the same blocks: a block
@@ -186,7 +196,7 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
     """
     _check_state_rows(state_rows_per_request)
     attention_block = bytes_per_block(config, block_size, kv_dtype, num_mtp_layers)
-    block_bytes = max(bytes_per_pool_block(config, block_size, kv_dtype, dtype, num_mtp_layers), 1)
+    block_bytes = _pool_block_bytes(config, block_size, kv_dtype, dtype, num_mtp_layers, gdn_in_pages)
     blocks_per_seq = -(-max_model_len // block_size) + _gdn_pages(gdn_pages_per_request)
     if num_blocks is None:
         useful = max_num_seqs * blocks_per_seq + NUM_RESERVED_BLOCKS
@@ -196,8 +206,9 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
         if budget_bytes is not None and num_blocks * block_bytes > budget_bytes:
             raise ValueError(
                 f"the KV cache memory budget of {budget_bytes / 2**30:.3f} GiB cannot hold one request of "
-                f"max_model_len={max_model_len} tokens ({num_blocks} blocks of {block_bytes} bytes, GDN state "
-                f"pages included): raise kv_cache_memory_gib or lower max_model_len"
+                f"max_model_len={max_model_len} tokens ({num_blocks} blocks of {block_bytes} bytes"
+                f"{', GDN state pages included' if gdn_in_pages else ''}): raise kv_cache_memory_gib or lower "
+                "max_model_len"
             )
     if num_blocks < 1 + NUM_RESERVED_BLOCKS:
         raise ValueError(f"num_blocks must be >= {1 + NUM_RESERVED_BLOCKS} (block 0 is reserved), got {num_blocks}")
@@ -205,6 +216,15 @@ def plan_memory(config: Qwen35Config, *, budget_bytes: int | None, block_size: i
                       kv_bytes=num_blocks * attention_block,
                       state_bytes=num_blocks * (block_bytes - attention_block),
                       budget_bytes=budget_bytes, state_rows_per_request=state_rows_per_request)
+
+
+def _pool_block_bytes(config: Qwen35Config, block_size: int, kv_dtype: torch.dtype, dtype: torch.dtype,
+                      num_mtp_layers: int, gdn_in_pages: bool) -> int:
+    """Bytes of one pool block: ``bytes_per_pool_block`` with the GDN states in the pages, else the
+    attention pages alone (``bytes_per_block``); at least 1."""
+    if gdn_in_pages:
+        return max(bytes_per_pool_block(config, block_size, kv_dtype, dtype, num_mtp_layers), 1)
+    return max(bytes_per_block(config, block_size, kv_dtype, num_mtp_layers), 1)
 
 
 def _gdn_pages(gdn_pages_per_request: int) -> int:
@@ -274,16 +294,18 @@ def allocate_caches(config: Qwen35Config, *, num_blocks: int, block_size: int, n
 def fit_max_model_len(config: Qwen35Config, *, budget_bytes: int, block_size: int, max_num_seqs: int,
                       dtype: torch.dtype, kv_dtype: torch.dtype, num_blocks: int | None = None,
                       gdn_pages_per_request: int = 0, state_rows_per_request: int = 1,
-                      num_mtp_layers: int = 0) -> int:
+                      num_mtp_layers: int = 0, gdn_in_pages: bool = True) -> int:
     """The longest request (in tokens, a whole number of blocks) that ``plan_memory`` can hold in the budget.
 
     The blocks the budget holds (``bytes_per_pool_block`` each, or ``num_blocks``),
     less the null block and the request's GDN state pages (``gdn_pages_per_request``),
     all go to one request. 0 when not even one block fits. ``max_num_seqs`` does not
     change it (kept for the caller's symmetry with ``plan_memory``), nor does
-    ``state_rows_per_request`` (checked; its rows are pages). ``num_mtp_layers``: ``plan_memory``'s.
+    ``state_rows_per_request`` (checked; its rows are pages). ``num_mtp_layers``, ``gdn_in_pages``:
+    ``plan_memory``'s.
     """
     _check_state_rows(state_rows_per_request)
     if num_blocks is None:
-        num_blocks = budget_bytes // max(bytes_per_pool_block(config, block_size, kv_dtype, dtype, num_mtp_layers), 1)
+        num_blocks = budget_bytes // _pool_block_bytes(config, block_size, kv_dtype, dtype, num_mtp_layers,
+                                                       gdn_in_pages)
     return max(0, num_blocks - NUM_RESERVED_BLOCKS - _gdn_pages(gdn_pages_per_request)) * block_size

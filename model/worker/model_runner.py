@@ -24,6 +24,7 @@ from ..network.qwen3_5 import Qwen35ForCausalLM
 from ..network.step_inputs import StepInputs
 from ..sample.sampling import SamplingParams, logprob_entry, sample
 from ..spec_decode.drafter import SpeculativeDecoder, strip_placeholder_drafts
+from .gdn_checkpoint_rows import add_gdn_checkpoint_pools, checkpoint_saves, load_checkpoints
 from .gdn_pages import GdnPageTables, GdnStepRows, copy_states
 from .graph_runner import GraphRunner
 from .input_batch import InputBatch
@@ -81,6 +82,7 @@ class ModelRunner:
         self.caches: ModelCaches | None = None
         self.input_batch: InputBatch | None = None
         self.gdn_pages: GdnPageTables | None = None  # where GDN states sit in the pool's pages each step
+        self.num_gdn_checkpoints = 0  # "chunk" prefix caching: the checkpoint pool's slots (initialize_caches)
         # Sampling settings and generator of each request the engine added, until it finishes.
         self.sampling: dict[str, tuple[SamplingParams, torch.Generator]] = {}
         # Speculative decoding (``enable_speculation``): the MTP drafter and per-request state; token_at gives
@@ -114,11 +116,20 @@ class ModelRunner:
         1 (+ k with speculation) pages per group, in align mode (``enable_prefix_caching``) the page of its
         state column. With speculation the MTP layers get their own KV caches (int8 ones need ``kv_scales`` of
         the MTP layer ids too)."""
-        self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
-                                      num_state_slots=0, dtype=self.model.dtype, kv_dtype=kv_dtype,
-                                      device=self.device, kv_scales=kv_scales, gdn_in_pages=True)
+        self.num_gdn_checkpoints = plan.gdn_checkpoints
+        if plan.gdn_checkpoints:
+            # "chunk" prefix caching: GDN states in flat rows (1 + k per request, the speculative decoder's
+            # layout) and a checkpoint pool, both outside the page pool (gdn_checkpoint_rows.py).
+            self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
+                                          num_state_slots=plan.num_state_slots, dtype=self.model.dtype,
+                                          kv_dtype=kv_dtype, device=self.device, kv_scales=kv_scales)
+            add_gdn_checkpoint_pools(self.caches, self.config, plan.gdn_checkpoints, self.model.dtype, self.device)
+        else:
+            self.caches = allocate_caches(self.config, num_blocks=plan.num_blocks, block_size=block_size,
+                                          num_state_slots=0, dtype=self.model.dtype, kv_dtype=kv_dtype,
+                                          device=self.device, kv_scales=kv_scales, gdn_in_pages=True)
         groups = num_gdn_groups(self.config)
-        if groups:
+        if groups and not plan.gdn_checkpoints:
             k = self.spec.k if self.spec is not None else 0
             self.gdn_pages = GdnPageTables(groups, block_size, enable_prefix_caching, k)
         if self.spec is not None:
@@ -201,7 +212,15 @@ class ModelRunner:
             gdn_rows = self.gdn_pages.lay_out(out, prepared.batch, self.caches,
                                               self.spec.num_accepted if self.spec is not None else None)
         self.stage = "forward"
-        hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows, graphs=self.graphs)
+        saves = None
+        if self.num_gdn_checkpoints:  # "chunk" prefix caching: load the hits' checkpoints, then save the step's
+            meta = prepared.batch
+            row = {request_id: i for i, request_id in enumerate(meta.req_ids)}
+            load_checkpoints(self.caches, [(slot, int(meta.state_indices[row[r]]))
+                                           for r, slot in out.gdn_checkpoint_loads.items()])
+            saves = checkpoint_saves(out, meta, self.num_gdn_checkpoints)
+        hidden, inputs = self._forward(prepared.batch, self.caches, gdn_rows=gdn_rows, graphs=self.graphs,
+                                       gdn_checkpoints=saves)
         result = ModelRunnerOutput(req_ids=prepared.req_ids, num_decodes=inputs.num_decodes,
                                    num_prefills=prepared.num_prefills)
         self.stage = "sampling"
@@ -289,7 +308,7 @@ class ModelRunner:
         self._generator_states = {}
 
     def _forward(self, meta: StepMetadata, caches: ModelCaches, kv_observer=None,
-                 gdn_rows: GdnStepRows | None = None, graphs: GraphRunner | None = None):
+                 gdn_rows: GdnStepRows | None = None, graphs: GraphRunner | None = None, gdn_checkpoints=None):
         """Check the CPU layout once, derive, move, make the GDN state copies (align mode), and run the model
         with the ops trusting the metadata: through ``graphs`` (padded to a compiled shape) when given and the
         step fits one, else eager. Returns the real rows' hidden states and the real step's inputs."""
@@ -297,12 +316,12 @@ class ModelRunner:
                       num_state_slots=caches.num_state_slots)
         rows = None if gdn_rows is None else (gdn_rows.state_rows, gdn_rows.spec_rows)
         units = self._units_builder(caches)
-        inputs = StepInputs.build(meta, self.device, units, rows)
+        inputs = StepInputs.build(meta, self.device, units, rows, gdn_checkpoints)
         if gdn_rows is not None and gdn_rows.copies:
             copy_states(caches, gdn_rows.copies)
         with ops.trusted_metadata():
             hidden = None
-            if graphs is not None and kv_observer is None:
+            if graphs is not None and kv_observer is None and gdn_checkpoints is None:  # (graphs save none)
                 with torch.inference_mode():
                     hidden = graphs.run(meta, rows, lambda padded, padded_rows: StepInputs.build(
                         padded, self.device, units, padded_rows))

@@ -10,6 +10,7 @@ also has a speculative-decoding form (``num_accepted_tokens`` with 2-D
 """
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import torch
@@ -17,14 +18,16 @@ import torch
 from .. import _validate as check
 from .._backend import dispatch
 from .._library import custom_op, resolved_scale
-from .chunk_table import prepare_chunk_indices
+from .chunk_table import CHUNK as CHUNK_SIZE, prepare_chunk_indices
+
+logger = logging.getLogger("qwen_ops.ops")
 
 F32 = (torch.float32,)
 
 
 def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
                       has_initial_state, chunk_indices=None, chunk_offsets=None, *, values,
-                      num_accepted_tokens=None):
+                      num_accepted_tokens=None, checkpoint_boundaries=None):
     check.tensor(op, "q", q, dtypes=check.FLOAT_DTYPES, ndim=4, layout="[B, T, Hk, Dk]")
     b, t, hk, dk = q.shape
     check.nonempty_dim(op, "q", q, 3, "key head dim Dk")  # the default scale is Dk ** -0.5
@@ -73,7 +76,34 @@ def _check_delta_rule(op, q, k, v, g, beta, initial_state, output_final_state, c
                       ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
                       num_accepted_tokens=num_accepted_tokens)
     _check_chunk_table(op, q, cu_seqlens, n, t, chunk_indices, chunk_offsets, values=values)
+    _check_checkpoint_boundaries(op, q, cu_seqlens, n, t, checkpoint_boundaries, values=values)
     return n, hv, dk, dv
+
+
+def _check_checkpoint_boundaries(op, q, cu_seqlens, n, t, boundaries, *, values):
+    """``checkpoint_boundaries`` [P, 2]: rows (sequence r, j) with 0 <= r < N and 1 <= j, 64 * j <= len_r."""
+    if boundaries is None:
+        return
+    if op != "chunk_gated_delta_rule":
+        raise ValueError(f"{op}: 'checkpoint_boundaries' is an argument of chunk_gated_delta_rule only")
+    check.tensor(op, "checkpoint_boundaries", boundaries, dtypes=check.INDEX_DTYPES, shape=(None, 2),
+                 layout="[P, 2] (sequence, chunk boundary j)")
+    check.same_device(op, q=q, checkpoint_boundaries=boundaries)
+    if not values or boundaries.shape[0] == 0:
+        return
+    rows = boundaries.to(torch.int64)
+    seq, j = rows[:, 0], rows[:, 1]
+    if int(seq.min()) < 0 or int(seq.max()) >= n:
+        raise ValueError(f"{op}: argument 'checkpoint_boundaries' names sequences outside [0, {n}), got "
+                         f"{seq.tolist()}")
+    lengths = ((cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64) if cu_seqlens is not None else
+               torch.full((n,), t, dtype=torch.int64, device=rows.device))
+    if torch.unique(rows, dim=0).shape[0] != rows.shape[0]:
+        raise ValueError(f"{op}: argument 'checkpoint_boundaries' repeats a (sequence, j) row: {rows.tolist()}")
+    if int(j.min()) < 1 or bool((j * CHUNK_SIZE > lengths[seq]).any()):
+        raise ValueError(f"{op}: argument 'checkpoint_boundaries' must hold chunk boundaries j >= 1 with "
+                         f"{CHUNK_SIZE} * j <= the sequence's length, got {rows.tolist()} for lengths "
+                         f"{lengths.tolist()}")
 
 
 def _check_chunk_table(op, q, cu_seqlens, n, t, chunk_indices, chunk_offsets, *, values):
@@ -159,35 +189,63 @@ def _register_delta_rule(name: str):
             has_initial_state: Optional[torch.Tensor], use_qk_l2norm_in_kernel: bool,
             backend: Optional[str], chunk_indices: Optional[torch.Tensor] = None,
             chunk_offsets: Optional[torch.Tensor] = None,
-            num_accepted_tokens: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+            num_accepted_tokens: Optional[torch.Tensor] = None,
+            checkpoint_boundaries: Optional[torch.Tensor] = None,
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
                           ssm_state_indices, has_initial_state, chunk_indices, chunk_offsets,
-                          values=check.values_checked(q.device), num_accepted_tokens=num_accepted_tokens)
-        spec = {"num_accepted_tokens": num_accepted_tokens} if name == SPEC_DECODE_OP else {}
-        o, final = dispatch(name, backend, q.device, q=q, k=k, v=v, g=g, beta=beta,
-                            scale=resolved_scale(name, scale, q.shape[-1]), initial_state=initial_state,
-                            output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                            ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
-                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-                            derived=dict(chunk_indices=chunk_indices, chunk_offsets=chunk_offsets), **spec)
-        # custom ops cannot return None: an empty tensor stands for "no final state".
-        return o, (final if final is not None else q.new_empty(0, dtype=torch.float32))
+                          values=check.values_checked(q.device), num_accepted_tokens=num_accepted_tokens,
+                          checkpoint_boundaries=checkpoint_boundaries)
+        extra = {"num_accepted_tokens": num_accepted_tokens} if name == SPEC_DECODE_OP else {}
+        if checkpoint_boundaries is not None:
+            extra["checkpoint_boundaries"] = checkpoint_boundaries.contiguous()
+            backend = _checkpointing_backend(name, backend, q.device)
+        result = dispatch(name, backend, q.device, q=q, k=k, v=v, g=g, beta=beta,
+                          scale=resolved_scale(name, scale, q.shape[-1]), initial_state=initial_state,
+                          output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                          ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
+                          use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                          derived=dict(chunk_indices=chunk_indices, chunk_offsets=chunk_offsets), **extra)
+        o, final = result[0], result[1]
+        checkpoints = result[2] if checkpoint_boundaries is not None else q.new_empty(0, dtype=torch.float32)
+        # custom ops cannot return None: an empty tensor stands for "no final state" / "no checkpoints".
+        return o, (final if final is not None else q.new_empty(0, dtype=torch.float32)), checkpoints
 
     @_op.register_fake
     def _fake(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
               has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None,
-              num_accepted_tokens=None):
+              num_accepted_tokens=None, checkpoint_boundaries=None):
         n, hv, dk, dv = _check_delta_rule(name, q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
                                           ssm_state_indices, has_initial_state, chunk_indices, chunk_offsets,
-                                          values=False, num_accepted_tokens=num_accepted_tokens)
+                                          values=False, num_accepted_tokens=num_accepted_tokens,
+                                          checkpoint_boundaries=checkpoint_boundaries)
         shape = (n, hv, dk, dv) if output_final_state else (0,)
-        return v.new_empty(v.shape), q.new_empty(shape, dtype=torch.float32)
+        points = (checkpoint_boundaries.shape[0], hv, dk, dv) if checkpoint_boundaries is not None else (0,)
+        return v.new_empty(v.shape), q.new_empty(shape, dtype=torch.float32), q.new_empty(points, dtype=torch.float32)
 
     return _op
 
 
 _register_delta_rule("chunk_gated_delta_rule")
 _register_delta_rule("fused_recurrent_gated_delta_rule")
+
+# Backends whose chunk kernel cannot emit chunk-boundary states: a call asking for them runs on the
+# next backend of the device's order instead (the Ascend C chunk kernel keeps its state on chip
+# between chunks and has no output for intermediate states yet).
+_NO_CHECKPOINTS = {"ascendc": "the Ascend C chunk kernel has no output for chunk-boundary states"}
+
+
+def _checkpointing_backend(name: str, backend: str | None, device: torch.device) -> str | None:
+    """The backend that serves a chunk call asking for ``checkpoint_boundaries`` (logged when it changes)."""
+    from .._backend import _can_serve, _default_order, resolved_backend
+
+    chosen = resolved_backend(name, backend, device)
+    if chosen not in _NO_CHECKPOINTS:
+        return backend
+    fallback = next(b for b in _default_order(device) if b not in _NO_CHECKPOINTS and _can_serve(b, device) is None)
+    logger.warning("%s: checkpoint_boundaries run on the %r backend instead of %r: %s", name, fallback, chosen,
+                   _NO_CHECKPOINTS[chosen])
+    return fallback
 
 _DELTA_RULE_DOC = """
 
@@ -212,9 +270,18 @@ _DELTA_RULE_DOC = """
         chunk_indices, chunk_offsets (``chunk_gated_delta_rule`` only): the
             chunk table ``prepare_chunk_indices(cu_seqlens)`` (int32 [C, 2] and
             [N+1]), built once per step by an engine; built here when None.
+        checkpoint_boundaries (``chunk_gated_delta_rule`` only): int32/int64
+            [P, 2], rows (sequence r, j): also return the state of sequence r
+            after its first 64 * j tokens (1 <= j, 64 * j <= its length; a chunk
+            boundary of the kernel, which computes that state anyway), for a
+            prefix cache. The Ascend C backend cannot emit them: such a call
+            runs on the next backend of the device's order (logged).
     Returns:
         ``(o, final_state)``: o [B, T, Hv, Dv] in v's dtype; final_state
-        float32 [N, Hv, Dk, Dv] or None when not requested.
+        float32 [N, Hv, Dk, Dv] or None when not requested. With
+        ``checkpoint_boundaries``, ``(o, final_state, checkpoints)``:
+        checkpoints float32 [P, Hv, Dk, Dv] in its row order (zeros for a
+        padding sequence).
     """
 
 
@@ -233,21 +300,23 @@ _SPEC_DECODE_DOC = """
 
 def _delta_rule(name, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
                 has_initial_state, use_qk_l2norm_in_kernel, backend, chunk_indices=None, chunk_offsets=None,
-                num_accepted_tokens=None):
+                num_accepted_tokens=None, checkpoint_boundaries=None):
     op = getattr(torch.ops.qwen_ops, name)
-    o, final = op(q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens, ssm_state_indices,
-                  has_initial_state, bool(use_qk_l2norm_in_kernel), backend, chunk_indices, chunk_offsets,
-                  num_accepted_tokens)
+    o, final, checkpoints = op(q, k, v, g, beta, scale, initial_state, bool(output_final_state), cu_seqlens,
+                               ssm_state_indices, has_initial_state, bool(use_qk_l2norm_in_kernel), backend,
+                               chunk_indices, chunk_offsets, num_accepted_tokens, checkpoint_boundaries)
+    if checkpoint_boundaries is not None:
+        return o, (final if output_final_state else None), checkpoints
     return o, (final if output_final_state else None)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
                            cu_seqlens=None, ssm_state_indices=None, has_initial_state=None,
                            use_qk_l2norm_in_kernel=False, backend: str | None = None, chunk_indices=None,
-                           chunk_offsets=None):
+                           chunk_offsets=None, checkpoint_boundaries=None):
     return _delta_rule("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
                        cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, backend,
-                       chunk_indices, chunk_offsets)
+                       chunk_indices, chunk_offsets, checkpoint_boundaries=checkpoint_boundaries)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,

@@ -19,6 +19,8 @@ from typing import Callable, Optional
 
 import torch
 
+from .chunk_table import CHUNK
+
 # (q [L, Hv, Dk], k [L, Hv, Dk], v [L, Hv, Dv], g [L, Hv], beta [L, Hv], state [Hv, Dk, Dv]) -> (o [L, Hv, Dv], state)
 # All float32; q already carries the scale and the key heads are already repeated per value head.
 SequenceFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -42,7 +44,7 @@ def sequence_spans(batch: int, tokens: int, cu_seqlens: Optional[torch.Tensor]) 
 
 def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initial_state, output_final_state,
                      cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel,
-                     num_accepted_tokens=None):
+                     num_accepted_tokens=None, checkpoint_boundaries=None):
     """Apply ``sequence_fn`` to each sequence with the right initial state; see the op's docstring.
 
     Keyword arguments are the public op's, validated by it: q, k [B, T, Hk, Dk];
@@ -60,7 +62,13 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
     (a_r = num_accepted_tokens[r]) and the state after its t-th token is
     written to ``ssm_state_indices[r, t]``; a row of all -1 is padding.
 
-    Returns ``(o [B, T, Hv, Dv] in v's dtype, final_state float32 [N, Hv, Dk, Dv] or None)``.
+    Chunk-boundary checkpoints (``checkpoint_boundaries`` [P, 2], rows (sequence r, j)): the
+    sequence is run in segments ending at the requested boundaries 64 * j (a chunked
+    ``sequence_fn`` cuts each segment into the same 64-token chunks as the whole sequence, so
+    the outputs are those of one run) and the state after each segment is returned.
+
+    Returns ``(o [B, T, Hv, Dv] in v's dtype, final_state float32 [N, Hv, Dk, Dv] or None)``, and
+    with ``checkpoint_boundaries`` a third item, the states float32 [P, Hv, Dk, Dv] in its row order.
     """
     batch, tokens, num_k_heads, dk = q.shape
     num_v_heads, dv = v.shape[2], v.shape[3]
@@ -86,6 +94,13 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
     o = torch.zeros(batch, tokens, num_v_heads, dv, dtype=torch.float32, device=v.device)
     final = (torch.zeros(len(spans), num_v_heads, dk, dv, dtype=torch.float32, device=v.device)
              if output_final_state else None)
+    cuts: dict[int, list[tuple[int, int]]] = {}  # sequence -> (end token of a segment, checkpoint row)
+    checkpoints = None
+    if checkpoint_boundaries is not None:
+        checkpoints = torch.zeros(checkpoint_boundaries.shape[0], num_v_heads, dk, dv, dtype=torch.float32,
+                                  device=v.device)
+        for p, (r, j) in enumerate(checkpoint_boundaries.tolist()):
+            cuts.setdefault(r, []).append((spans[r][1] + CHUNK * j, p))
     for r, (b, start, end) in enumerate(spans):
         row = r if slots is None else slots[r]
         if row < 0:
@@ -101,12 +116,20 @@ def run_per_sequence(sequence_fn: SequenceFn, *, q, k, v, g, beta, scale, initia
                                                    g[b, t:t + 1], beta[b, t:t + 1], state)
                 initial_state[per_token[r][t - start]] = state
         elif end > start:
-            o[b, start:end], state = sequence_fn(q[b, start:end], k[b, start:end], v[b, start:end],
-                                                 g[b, start:end], beta[b, start:end], state)
+            first = start
+            for cut, p in sorted(cuts.get(r, ())) + [(end, None)]:
+                if cut > first:
+                    o[b, first:cut], state = sequence_fn(q[b, first:cut], k[b, first:cut], v[b, first:cut],
+                                                         g[b, first:cut], beta[b, first:cut], state)
+                    first = cut
+                if p is not None:
+                    checkpoints[p] = state
         if slots is not None and per_token is None:
             initial_state[row] = state
         if final is not None:
             final[r] = state
+    if checkpoints is not None:
+        return o.to(out_dtype), final, checkpoints
     return o.to(out_dtype), final
 
 

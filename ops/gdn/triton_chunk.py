@@ -357,12 +357,13 @@ def _state_fixed(*, dk: int) -> dict:
 @triton.jit
 def _chunk_state_kernel(
     q, k, o, chunks, seq_chunks, chunk_decay_ws, q_gain_ws, k_gain_ws, aqk_ws, w_ws, u_ws, state_in, final,
-    read_rows, write_rows,
+    read_rows, write_rows, checkpoint_rows, checkpoints,
     n_seqs,
     stride_q_t, stride_q_h, stride_k_t, stride_k_h,
     HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BT: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
     POOL: tl.constexpr, STORE_FINAL: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOTS: tl.constexpr,
+    CHECKPOINTS: tl.constexpr,
 ):
     DOT: tl.constexpr = q.dtype.element_ty
     n_vblocks: tl.constexpr = (DV + BLOCK_V - 1) // BLOCK_V
@@ -408,6 +409,10 @@ def _chunk_state_kernel(
                 k_gain = tl.load(k_gain_ws + ws_row, mask=row_ok, other=0.0)
                 state = (state * tl.load(chunk_decay_ws + chunk * HV + head)
                          + dot_f32_acc(tl.trans(k_t), v_new * k_gain[:, None], DOT, DOT_PRECISION, UPCAST_DOTS))
+                if CHECKPOINTS:  # the state at this chunk's end, where a prefix cache asked for it
+                    checkpoint_row = tl.load(checkpoint_rows + chunk).to(tl.int64)
+                    if checkpoint_row >= 0:
+                        tl.store(checkpoints + checkpoint_row * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if POOL:
                 tl.store(state_in + write_row * (HV * DK * DV) + in_row, state, mask=tile_ok)
             if STORE_FINAL:
@@ -416,7 +421,7 @@ def _chunk_state_kernel(
 
 def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                            ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, chunk_indices=None,
-                           chunk_offsets=None):
+                           chunk_offsets=None, checkpoint_boundaries=None):
     """Triton ``chunk_gated_delta_rule``; arguments as validated by ``ops/gdn/op.py``.
 
     q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g float32 and beta [B, T, Hv];
@@ -424,6 +429,8 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     at ``ssm_state_indices``). Returns (o [B, T, Hv, Dv] in v's dtype,
     final states float32 [N, Hv, Dk, Dv] or None). ``chunk_indices``/``chunk_offsets``:
     the step's ``prepare_chunk_indices`` (built here when not given, a host read on a device).
+    ``checkpoint_boundaries`` [P, 2] (sequence r, j): the state kernel also stores the state at the
+    end of sequence r's chunk j - 1 (after 64 * j tokens), returned third, float32 [P, Hv, Dk, Dv].
     """
     hk, dk = q.shape[2], q.shape[3]
     hv, dv = v.shape[2], v.shape[3]
@@ -431,10 +438,20 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
                                    ssm_state_indices=ssm_state_indices, has_initial_state=has_initial_state,
                                    output_final_state=output_final_state)
     n = rows.n_seqs
+    checkpoints = None
+    if checkpoint_boundaries is not None:
+        checkpoints = torch.zeros((checkpoint_boundaries.shape[0], hv, dk, dv), dtype=torch.float32, device=q.device)
     if n == 0 or hv == 0:
-        return o.view(v.shape), plan.final
+        return (o.view(v.shape), plan.final) + ((checkpoints,) if checkpoints is not None else ())
     if chunk_indices is None:
         chunk_indices, chunk_offsets = prepare_chunk_indices(rows.cu)
+    checkpoint_rows = chunk_offsets  # any int32 tensor: not read without CHECKPOINTS
+    if checkpoints is not None and checkpoints.shape[0] > 0:
+        # The global chunk whose end is each requested boundary -> its row in `checkpoints`.
+        boundaries = checkpoint_boundaries.to(torch.int64)
+        ends = chunk_offsets.to(torch.int64)[boundaries[:, 0]] + boundaries[:, 1] - 1
+        checkpoint_rows = torch.full((chunk_indices.shape[0],), -1, dtype=torch.int32, device=q.device)
+        checkpoint_rows[ends] = torch.arange(boundaries.shape[0], dtype=torch.int32, device=q.device)
     chunks, seq_chunks, n_chunks = chunk_indices, chunk_offsets, chunk_indices.shape[0]
     total = rows.v.shape[0]
     f32 = dict(dtype=torch.float32, device=q.device)
@@ -476,7 +493,9 @@ def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state, output_fin
     _chunk_state_kernel.launch(
         q.device, n * hv * triton.cdiv(dv, 16),
         rows.q, rows.k, o, chunks, seq_chunks, *workspaces, plan.state_in, plan.final_arg,
-        plan.read_rows, plan.write_rows, n, *qk_strides, shape={"dk": dk},
+        plan.read_rows, plan.write_rows, checkpoint_rows, checkpoints if checkpoints is not None else plan.state_in,
+        n, *qk_strides, shape={"dk": dk},
         BLOCK_K=tile(dk), POOL=plan.pool, STORE_FINAL=plan.final is not None, DV=dv, **dots_in, **heads,
+        CHECKPOINTS=checkpoints is not None and checkpoints.shape[0] > 0,
     )
-    return o.view(v.shape), plan.final
+    return (o.view(v.shape), plan.final) + ((checkpoints,) if checkpoints is not None else ())

@@ -57,10 +57,10 @@ def test_cpu_budget_follows_available_memory(text_checkpoint, monkeypatch):
 def test_max_model_len_is_fitted_to_the_budget_when_not_given(text_checkpoint, caplog):
     # Tiny model: a 16-token block carries an 8 KiB KV page and a 5.5 KiB GDN state row (the states live
     # in the pool's pages); 200 KiB hold 14 blocks, 13 usable, of which a request's GDN pages (3 GDN
-    # groups, at most 2 live pages each in prefix caching's align mode, the default) leave 7 for its tokens.
+    # groups, at most 2 live pages each in prefix caching's align mode, named) leave 7 for its tokens.
     budget = 200 / 2**20
     with caplog.at_level(logging.WARNING, logger="qwen_ops.engine"):
-        llm = LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget)
+        llm = LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget, mamba_cache_mode="align")
     assert llm.scheduler_config.num_gdn_groups == 3
     assert llm.max_model_len == (13 - 6) * 16 < llm.config.max_position_embeddings
     assert "max_model_len=112 (fitted to the KV budget" in caplog.text
@@ -68,7 +68,7 @@ def test_max_model_len_is_fitted_to_the_budget_when_not_given(text_checkpoint, c
     out = llm.generate([[1] * 105], SamplingParams(max_tokens=3, temperature=0, detokenize=False))
     assert len(out[0].outputs[0].token_ids) == 3
     with pytest.raises(ValueError, match="cannot hold one request of max_model_len=512"):
-        LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget, max_model_len=512)
+        LLM(text_checkpoint, max_num_seqs=2, kv_cache_memory_gib=budget, max_model_len=512, mamba_cache_mode="align")
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0])

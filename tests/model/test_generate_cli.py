@@ -32,6 +32,7 @@ def test_single_prompt_streams_and_reports(tiny_model_dir, capsys):
     assert out.startswith("Hi there")  # the model's own tokenizer.json was used: no out-of-vocab error
     assert "budget: max_num_batched_tokens=" in err
     assert "generation" in err and "time to first token" in err and "steps:" in err
+    assert "hits stopped: full=1" in err  # the hybrid model explains its miss: 8 tokens, no 16-token block before the last
     assert out.count("step ") >= 6  # --trace: one line per step
 
 

@@ -61,9 +61,10 @@ def test_preemption_equals_plain_greedy(text_mtp_checkpoint):
     params = SamplingParams(max_tokens=14, temperature=0, detokenize=False)
     expected = tokens(LLM(text_mtp_checkpoint, num_blocks=64, max_num_seqs=3).generate(batch, params))
     # k = 2: each request holds 3 GDN groups x (1 + k) state pages besides its KV blocks (of 16 tokens: the
-    # requested 8 is raised until an attention page holds a GDN page); 21 usable blocks admit two requests,
-    # which outgrow them.
-    scarce = LLM(text_mtp_checkpoint, num_blocks=22, block_size=8, max_num_seqs=3, speculative_config=mtp(2))
+    # requested 8 is raised until an attention page holds a GDN page: align mode's rule, named); 21 usable
+    # blocks admit two requests, which outgrow them.
+    scarce = LLM(text_mtp_checkpoint, num_blocks=22, block_size=8, max_num_seqs=3, speculative_config=mtp(2),
+                 mamba_cache_mode="align")
     assert tokens(scarce.generate(batch, params)) == expected
     assert sum(s.num_preempted for s in scarce.step_stats) > 0
 

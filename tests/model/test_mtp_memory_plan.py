@@ -15,8 +15,9 @@ GROUPS = 3  # the tiny checkpoint: 3 GDN layers, 1 attention layer
 
 @pytest.fixture(scope="module")
 def probe(text_mtp_checkpoint):
-    """A plain engine on the checkpoint, for its config and dtype."""
-    return LLM(text_mtp_checkpoint, num_blocks=32, block_size=4, max_num_seqs=1, max_num_batched_tokens=8)
+    """A plain engine on the checkpoint in the tests' mode (GDN states in the pages: the block raised from 4),
+    for its config, dtype and block size."""
+    return LLM(text_mtp_checkpoint, **NONE_MODE, num_blocks=32, block_size=4, max_num_seqs=1, max_num_batched_tokens=8)
 
 
 def allocated_kv_bytes(caches):

@@ -41,7 +41,7 @@ def cases(gen):
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_mtp_with_prefix_caching_equals_neither(text_mtp_checkpoint, plain, gen, k):
-    llm = LLM(text_mtp_checkpoint, enable_prefix_caching=True, speculative_config=mtp(k), **ENGINE)
+    llm = LLM(text_mtp_checkpoint, enable_prefix_caching=True, mamba_cache_mode="align", speculative_config=mtp(k), **ENGINE)
     assert llm.scheduler_config.enable_prefix_caching and llm.scheduler_config.block_size == B
     for name, prompts in cases(gen):
         got, want = serve(llm, prompts), serve(plain, prompts)
@@ -66,7 +66,7 @@ def test_accepted_drafts_move_the_state_column(text_mtp_checkpoint, plain, gen):
     params = SamplingParams(max_tokens=3 * B, temperature=0, logprobs=1, detokenize=False)
     longer = SamplingParams(max_tokens=3 * B + k, temperature=0, detokenize=False)
     answer = tokens(plain.generate([prompt], longer))[0]
-    llm = LLM(text_mtp_checkpoint, enable_prefix_caching=True, speculative_config=mtp(k), **ENGINE)
+    llm = LLM(text_mtp_checkpoint, enable_prefix_caching=True, mamba_cache_mode="align", speculative_config=mtp(k), **ENGINE)
     replaying_drafter(llm, {"r0": prompt + answer}, 0)
     first = run(llm, [prompt], params)[0]
     assert first.metrics["spec_acceptance_rate"] == 1.0
@@ -108,7 +108,7 @@ def test_a_sibling_hit_drafts_as_without_the_cache(text_mtp_checkpoint, gen):
     params = SamplingParams(max_tokens=8, temperature=0, detokenize=False)
 
     def engine():
-        llm = LLM(text_mtp_checkpoint, enable_prefix_caching=True, speculative_config=mtp(2), **ENGINE)
+        llm = LLM(text_mtp_checkpoint, enable_prefix_caching=True, mamba_cache_mode="align", speculative_config=mtp(2), **ENGINE)
         return (llm, *recording_drafts(llm))
 
     shared, shared_drafts, shared_keys = engine()
@@ -130,7 +130,7 @@ def test_mtp_prefix_caching_under_preemption(text_mtp_checkpoint, plain, gen):
     params = SamplingParams(max_tokens=16, temperature=0, logprobs=1, detokenize=False)
     # 27 usable blocks: each request holds 3 groups x (2 + k) GDN pages besides its KV blocks.
     scarce = LLM(text_mtp_checkpoint, num_blocks=28, max_num_seqs=4, max_num_batched_tokens=32,
-                 enable_prefix_caching=True, block_size=B, speculative_config=mtp(2))
+                 enable_prefix_caching=True, mamba_cache_mode="align", block_size=B, speculative_config=mtp(2))
     warm = scarce.generate(prompts[:1], params)
     got = scarce.generate(prompts, params)
     assert_same(warm + got, plain.generate(prompts[:1], params) + plain.generate(prompts, params))

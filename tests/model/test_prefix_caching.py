@@ -59,7 +59,7 @@ def assert_same(with_cache, without):
 
 
 def engines(checkpoint, **kwargs):
-    on = LLM(checkpoint, enable_prefix_caching=True, **kwargs)
+    on = LLM(checkpoint, enable_prefix_caching=True, mamba_cache_mode="align", **kwargs)
     off = LLM(checkpoint, enable_prefix_caching=False, **kwargs)
     return on, off
 
@@ -96,7 +96,7 @@ def test_prefix_caching_under_preemption(text_checkpoint, gen):
     # 15 usable blocks of 16 tokens: four ~60-token requests each holding up to 2 GDN pages per group
     # (3 groups) cannot all stay resident.
     scarce = LLM(text_checkpoint, num_blocks=16, max_num_seqs=4, max_num_batched_tokens=32,
-                 enable_prefix_caching=True, block_size=B)
+                 enable_prefix_caching=True, mamba_cache_mode="align", block_size=B)
     warm = scarce.generate(prompts[:1], params)  # caches the shared prefix for the batch
     expected = plenty.generate(prompts, params)
     got = scarce.generate(prompts, params)
@@ -116,3 +116,21 @@ def test_prefix_caching_on_triton(text_checkpoint, gen):
     without = [off.generate([p], params)[0] for p in prompts]
     assert_same(with_cache, without)
     assert [o.num_cached_tokens for o in with_cache] == [0, B]
+
+
+def test_every_hit_says_why_it_stopped(text_checkpoint, gen):
+    # Align mode on the tiny checkpoint (B = 16): a resend of a 50-token prompt hits 48 tokens and stops
+    # there for good ("full": no block boundary is left before its last token); a 20-token prompt sharing
+    # only 10 tokens finds no attention block.
+    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=2, enable_prefix_caching=True)
+    prompt = random_tokens(gen, 50)
+    first = llm.generate([prompt], GREEDY)[0]
+    again = llm.generate([prompt], GREEDY)[0]
+    other = llm.generate([prompt[:10] + random_tokens(gen, 10)], GREEDY)[0]
+    assert first.metrics["prefix_hit_reason"] == "no_attention_block" and first.num_cached_tokens == 0
+    assert again.num_cached_tokens == 48 and again.metrics == {**again.metrics, "num_cached_tokens": 48,
+                                                                "prefix_hit_reason": "full"}
+    assert other.metrics["prefix_hit_reason"] == "no_attention_block"
+    stats = llm.llm_engine.scheduler.prefix_cache_stats.as_dict()
+    assert stats["requests"] == 3 and stats["hit_tokens"] == 48
+    assert stats["reasons"]["full"] == 1 and stats["reasons"]["no_attention_block"] == 2

@@ -48,7 +48,7 @@ def test_a_block_size_that_cannot_hold_a_gdn_page_is_refused(text_checkpoint):
 
 
 def test_requested_block_size_is_raised_by_vllms_rule(text_checkpoint):
-    llm = LLM(text_checkpoint, num_blocks=32, block_size=4)
+    llm = LLM(text_checkpoint, num_blocks=32, block_size=4, mamba_cache_mode="align")
     page = gdn_page_bytes(llm.config, torch.float32)
     per_token = attention_bytes_per_token(llm.config, torch.float32)
     raised = llm.scheduler_config.block_size
@@ -60,7 +60,8 @@ def test_requested_block_size_is_raised_by_vllms_rule(text_checkpoint):
 def test_int8_page_follows_the_int8_attention_page(text_checkpoint, gen):
     """An int8 KV cache shrinks the attention page (a quarter of this float32 model's), so the block that holds
     a GDN page has more tokens."""
-    llm = LLM(text_checkpoint, num_blocks=32, kv_cache_dtype="int8", enable_prefix_caching=True)
+    llm = LLM(text_checkpoint, num_blocks=32, kv_cache_dtype="int8", enable_prefix_caching=True,
+              mamba_cache_mode="align")
     config = llm.config
     per_token = attention_bytes_per_token(config, torch.int8)
     assert per_token * 4 == attention_bytes_per_token(config, torch.float32)
@@ -79,9 +80,10 @@ def test_int8_page_follows_the_int8_attention_page(text_checkpoint, gen):
 
 
 def test_memory_plan_counts_exactly_the_pool(text_checkpoint):
-    """No separate state pool: the GDN states are rows of the pool's pages, and the planned bytes are the
+    """Align mode (chunk mode's plan: tests/model/test_chunk_prefix_caching.py). No separate state pool: the
+    GDN states are rows of the pool's pages, and the planned bytes are the
     allocated caches' bytes (shared pools counted once)."""
-    llm = LLM(text_checkpoint, kv_cache_memory_gib=0.01, max_model_len=256)
+    llm = LLM(text_checkpoint, kv_cache_memory_gib=0.01, max_model_len=256, mamba_cache_mode="align")
     caches, plan = llm.caches, llm.plan
     unique = {id(t): t for d in (caches.key_caches, caches.value_caches, caches.conv_states, caches.ssm_states)
               for t in d.values()}
@@ -126,3 +128,24 @@ def test_gdn_state_pages_outside_the_pool_are_refused_before_any_write(text_chec
     with pytest.raises(ValueError, match="group 2 state rows"):
         runner.execute(one_request_output("x", [1, 2], [1], 16, gdn_block_ids=([2], [3], [99])))
     assert torch.equal(before[0], runner.caches.ssm_states[0]) and torch.equal(before[1], runner.caches.conv_states[0])
+
+
+def test_mamba_cache_mode_defaults_to_chunk_and_takes_vllms_names(text_checkpoint):
+    """With prefix caching a hybrid model runs "chunk" unless "align" is named; "none" is the mode without it;
+    a mode that contradicts enable_prefix_caching is refused at start, naming the argument."""
+    from qwen_ops.model.engine.engine_config import EngineConfig
+
+    def mode(**kwargs):
+        config = EngineConfig.from_args(text_checkpoint, num_blocks=32, **kwargs)
+        return config.scheduler_config.gdn_cache_mode, config.scheduler_config.block_size
+
+    assert mode() == mode(mamba_cache_mode="chunk") == ("chunk", 16)
+    assert mode(block_size=4) == ("chunk", 4)  # the block stays as asked (align raises it to 12)
+    assert mode(block_size=4, mamba_cache_mode="align") == ("align", 12)
+    assert mode(enable_prefix_caching=False) == mode(enable_prefix_caching=False, mamba_cache_mode="none") \
+        == ("none", 16)
+    for bad, match in [(dict(mamba_cache_mode="none"), "does not go with enable_prefix_caching=True"),
+                       (dict(mamba_cache_mode="align", enable_prefix_caching=False), "does not go with"),
+                       (dict(mamba_cache_mode="all"), "must be 'none', 'align', 'chunk' or None")]:
+        with pytest.raises(ValueError, match=r"LLM\(mamba_cache_mode=.*" + match):
+            mode(**bad)

@@ -15,7 +15,8 @@ from qwen_ops import LLM  # noqa: E402
 
 # Seeds whose runs hit what a wrong rollback breaks (align seed 0 mismatches when a failed step's cache
 # registrations are kept).
-SEEDS = {"none": [1], "align": [0], "none-mtp": [3], "align-mtp": [4], "int8-align": [3]}
+SEEDS = {"none": [1], "align": [0], "chunk": [0], "none-mtp": [3], "align-mtp": [4], "chunk-mtp": [4],
+         "int8-align": [3], "int8-chunk": [3]}
 STEPS = 40
 
 
