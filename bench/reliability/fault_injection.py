@@ -132,7 +132,9 @@ class FaultInjector:
 def poison_step_pages(engine, scheduler_output) -> None:
     """Overwrite with garbage every page of the step's requests that the prefix cache did not hold before the
     step (attention KV, MTP KV and GDN states): what a forward that failed half-way may leave. Pages cached
-    before the step hold other steps' results, which a failed step never writes."""
+    before the step hold other steps' results, which a failed step never writes. Where the GDN states live
+    outside the pages ("chunk" prefix caching), the step's state rows and the checkpoint slots it saves into
+    are overwritten too."""
     pool = engine.scheduler.kv_cache.pool
     written_now = set(pool.registered_in_step)
     pages = set()
@@ -140,11 +142,21 @@ def poison_step_pages(engine, scheduler_output) -> None:
         tables = scheduler_output.group_block_ids.get(request_id) or (scheduler_output.block_ids[request_id],)
         for table in tables:
             pages.update(b for b in table if b != 0 and (pool.block_hash[b] is None or b in written_now))
-    if not pages:
-        return
     caches = engine.caches
-    index = torch.tensor(sorted(pages), dtype=torch.long)
-    for pools in (caches.key_caches, caches.value_caches, caches.conv_states, caches.ssm_states):
+    state_pools = (caches.conv_states, caches.ssm_states)
+    targets = [(pools, pages) for pools in (caches.key_caches, caches.value_caches)]
+    if caches.gdn_in_pages:
+        targets += [(pools, pages) for pools in state_pools]
+    else:
+        rows = {scheduler_output.state_slots[r] for r in scheduler_output.num_scheduled_tokens
+                if r in scheduler_output.state_slots}
+        slots = {slot for saves in scheduler_output.gdn_checkpoint_saves.values() for _, slot in saves}
+        targets += [(pools, rows) for pools in state_pools]
+        targets += [(pools, slots) for pools in (caches.checkpoint_conv, caches.checkpoint_ssm)]
+    for pools, ids in targets:
+        if not ids:
+            continue
+        index = torch.tensor(sorted(ids), dtype=torch.long)
         for tensor in pools.values():
             value = 100 if tensor.dtype == torch.int8 else GARBAGE
             tensor.index_fill_(0, index.to(tensor.device), value)
