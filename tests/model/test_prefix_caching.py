@@ -80,7 +80,8 @@ def test_prefix_caching_equals_no_prefix_caching(text_checkpoint, gen):
 
 
 def test_repeated_prompt_reports_a_hit(text_checkpoint, gen):
-    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=2, block_size=B, enable_prefix_caching=True)
+    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=2, block_size=B, enable_prefix_caching=True,
+              mamba_cache_mode="align")
     prompt = random_tokens(gen, 50)
     first, second = (llm.generate([prompt], GREEDY)[0] for _ in range(2))
     assert first.num_cached_tokens == 0
@@ -122,7 +123,7 @@ def test_every_hit_says_why_it_stopped(text_checkpoint, gen):
     # Align mode on the tiny checkpoint (B = 16): a resend of a 50-token prompt hits 48 tokens and stops
     # there for good ("full": no block boundary is left before its last token); a 20-token prompt sharing
     # only 10 tokens finds no attention block.
-    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=2, enable_prefix_caching=True)
+    llm = LLM(text_checkpoint, num_blocks=64, max_num_seqs=2, enable_prefix_caching=True, mamba_cache_mode="align")
     prompt = random_tokens(gen, 50)
     first = llm.generate([prompt], GREEDY)[0]
     again = llm.generate([prompt], GREEDY)[0]
