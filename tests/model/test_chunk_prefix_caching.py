@@ -44,6 +44,22 @@ def test_chunk_mode_outputs_equal_the_uncached_run(text_checkpoint, gen, engine)
     _close(again, cold)
 
 
+def test_checkpoint_pool_never_outgrows_the_page_pool(text_checkpoint):
+    """A checkpoint is hit only with its prefix's attention blocks, so with num_blocks given the pool holds
+    at most one checkpoint per 64-token boundary of the page pool, whatever the memory budget: before this
+    cap a 96-block engine took a quarter of the default budget (tens of thousands of slots), and its size
+    followed the memory free at start, so a second identical engine recompiled every graph."""
+    sizes = []
+    for gib in (0.05, 0.2):
+        llm = LLM(text_checkpoint, num_blocks=96, block_size=4, max_num_seqs=4, kv_cache_memory_gib=gib)
+        plan = llm.plan
+        assert plan.gdn_checkpoints == 95 * 4 // 64
+        assert llm.llm_engine.scheduler.kv_cache.checkpoints.num_slots == plan.gdn_checkpoints
+        assert f"{plan.gdn_checkpoints} checkpoints" in llm.budget_summary()
+        sizes.append(_nbytes(llm.caches.checkpoint_ssm.values()))
+    assert sizes[0] == sizes[1]
+
+
 def test_a_tiny_checkpoint_pool_evicts_and_stays_exact(text_checkpoint, gen):
     prompts = [_tokens(gen, 200) for _ in range(3)]
     plain = LLM(text_checkpoint, num_blocks=120, max_num_seqs=1, enable_prefix_caching=False)
