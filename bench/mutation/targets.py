@@ -66,6 +66,22 @@ TARGETS: tuple[Target, ...] = (
     # The fused GDN decode step (one call per layer and step): its op (checks, dispatch) and its reference
     Target("GDN decode step op", "ops/gdn/decode_step/op.py", ("tests/ops/test_gdn_decode_step.py",)),
     Target("GDN decode step reference", "ops/gdn/decode_step/reference.py", ("tests/ops/test_gdn_decode_step.py",)),
+    # The fused GDN decode step's kernels: Triton (run by the interpreter) and Ascend C (on the stand-in)
+    Target("GDN decode step Triton", "ops/gdn/decode_step/triton.py", ("tests/ops/test_gdn_decode_step_backends.py",)),
+    Target("GDN decode step (Ascend C)", "ops_ascendc/gdn_decode_step/op_kernel/gdn_decode_step.cpp",
+           ("tests/ops/test_gdn_decode_step_backends.py",)),
+    # The MoE experts in Ascend C (on the stand-in)
+    Target("fused experts (Ascend C)", "ops_ascendc/fused_experts/op_kernel/fused_experts.cpp",
+           ("tests/ascendc/test_ascendc_fused_experts.py",)),
+    # Prefix caching at chunk granularity: the checkpoint pool (scheduler side), the rows the runner loads and
+    # saves, and the chunk kernel's emission of the states at the checkpoint boundaries
+    Target("GDN checkpoint pool", "scheduling/gdn_checkpoints.py",
+           ("tests/scheduling/test_chunk_mode.py", "tests/scheduling/test_rollback.py",
+            "tests/model/test_chunk_prefix_caching.py")),
+    Target("GDN checkpoint rows", "model/worker/gdn_checkpoint_rows.py",
+           ("tests/model/test_gdn_checkpoint_model.py", "tests/model/test_chunk_prefix_caching.py")),
+    Target("chunk checkpoints Triton", "ops/gdn/triton_chunk.py",
+           ("tests/ops/test_gdn_chunk_checkpoints.py", "tests/triton/test_gdn_triton.py")),
 )
 # Not a target here: the vLLM plug-in (qwen_ops/vllm_plugin/). Every module of it but two small ones imports
 # vLLM, and its tests (tests_vllm/) run only in the vLLM environment that .ci/vllm_tests builds (vLLM 0.33.0
