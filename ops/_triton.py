@@ -197,6 +197,8 @@ class ConfiguredKernel:
         self.kernel = kernel
         self.fixed = fixed
         self.cuda_configs = list(cuda_configs or [])
+        for config in self.cuda_configs:
+            _check_cuda_config(kernel, config)
         self.key = list(key)
         self.restore_value = list(restore_value)
 
@@ -222,6 +224,26 @@ class ConfiguredKernel:
         if autotuned:
             return self._autotuned[grid](*args, **kwargs)
         return self.kernel[grid](*args, **self.fixed(**(shape or {})), **kwargs)
+
+
+def _is_power_of_two(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
+
+
+def _check_cuda_config(kernel, config: dict) -> None:
+    """Refuse, where the kernel is declared, a CUDA config that could only fail on a GPU (where CI never
+    runs it): Triton needs a power-of-two warp count (at most 32) and power-of-two block sizes
+    (``tl.arange`` extents), and at least one pipeline stage."""
+    name = getattr(kernel, "__name__", getattr(getattr(kernel, "fn", None), "__name__", repr(kernel)))
+    warps, stages = config.get("num_warps", 4), config.get("num_stages", 2)
+    if not _is_power_of_two(warps) or warps > 32:
+        raise ValueError(f"{name}: cuda config {config} has num_warps={warps!r}; Triton needs a power of two <= 32")
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise ValueError(f"{name}: cuda config {config} has num_stages={stages!r}; it must be an int >= 1")
+    for key, value in config.items():
+        if key.startswith("BLOCK") and not _is_power_of_two(value):
+            raise ValueError(f"{name}: cuda config {config} has {key}={value!r}; block sizes are powers of two "
+                             f"(tl.arange extents)")
 
 
 def configured(*, fixed: Callable[..., dict], cuda_configs: Sequence[dict] | None = None, key: Sequence[str] = (),

@@ -163,9 +163,9 @@ class PrefixCacheStats:
             "requests": self.requests, "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
             "hit_rate": self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
             "reasons": dict(self.reasons),
-            "checkpoints_saved": pool.num_saved if pool else 0,
-            "checkpoints_evicted": pool.num_evicted if pool else 0,
-            "checkpoints_cached": len(pool) if pool else 0,
+            "checkpoints_saved": pool.num_saved if pool is not None else 0,
+            "checkpoints_evicted": pool.num_evicted if pool is not None else 0,
+            "checkpoints_cached": len(pool) if pool is not None else 0,
         }
 
     def summary(self) -> str:

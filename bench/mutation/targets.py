@@ -81,7 +81,8 @@ TARGETS: tuple[Target, ...] = (
     Target("GDN checkpoint rows", "model/worker/gdn_checkpoint_rows.py",
            ("tests/model/test_gdn_checkpoint_model.py", "tests/model/test_chunk_prefix_caching.py")),
     Target("chunk checkpoints Triton", "ops/gdn/triton_chunk.py",
-           ("tests/ops/test_gdn_chunk_checkpoints.py", "tests/triton/test_gdn_triton.py")),
+           ("tests/ops/test_gdn_chunk_checkpoints.py", "tests/triton/test_gdn_triton.py",
+            "tests/triton/test_kernel_configs.py")),
 )
 # Not a target here: the vLLM plug-in (qwen_ops/vllm_plugin/). Every module of it but two small ones imports
 # vLLM, and its tests (tests_vllm/) run only in the vLLM environment that .ci/vllm_tests builds (vLLM 0.33.0

@@ -7,6 +7,7 @@ states in flat state rows (``out.state_slots``). The engine does not run this mo
 these tests pin the pieces it will use: a checkpoint equals the state a run of the prefix
 alone ends with, and a request that hits one gives the tokens and logprobs of a cold run.
 """
+import pytest
 import torch
 
 from qwen_ops.model.network.kv_cache_groups import num_gdn_groups
@@ -96,3 +97,32 @@ def test_a_hit_on_a_checkpoint_gives_the_cold_run(text_checkpoint):
     cold_tokens, cold_logprobs, _ = Runner(model, caching=False).serve("b", second, max_tokens=6)
     assert tokens == cold_tokens
     torch.testing.assert_close(torch.tensor(logprobs), torch.tensor(cold_logprobs), atol=2e-3, rtol=0)
+
+
+def _step(query_start_loc, num_decodes, req_ids, saves):
+    from types import SimpleNamespace
+
+    meta = SimpleNamespace(query_start_loc=torch.tensor(query_start_loc), num_decodes=num_decodes, req_ids=req_ids)
+    return SimpleNamespace(gdn_checkpoint_saves=saves), meta
+
+
+def test_saves_of_later_prefill_rows_are_placed_after_the_decode_rows():
+    """Two decode rows, then prefill rows of 100 and 130 tokens: a save's token end counts from the first
+    prefill token (the chunk op sees the prefill rows only), so b's ends are 100 + 64 and 100 + 128."""
+    out, meta = _step([0, 1, 2, 102, 232], 2, ["d0", "d1", "a", "b"], {"b": [(64, 3), (128, 4)], "a": [(64, 1)]})
+    boundaries, ends, slots = checkpoint_saves(out, meta, SLOTS)
+    assert boundaries.tolist() == [[1, 1], [1, 2], [0, 1]]
+    assert ends.tolist() == [164, 228, 64]
+    assert slots.tolist() == [3, 4, 1]
+
+
+@pytest.mark.parametrize("saves, match", [
+    ({"d0": [(64, 0)]}, "'d0' saves at 64"),  # a decode row
+    ({"a": [(32, 0)]}, "'a' saves at 32"),  # not a chunk end
+    ({"a": [(128, 0)]}, "at most 100 tokens"),  # past the row
+    ({"a": [(64, SLOTS)]}, rf"slot {SLOTS}"),  # no such slot
+])
+def test_a_save_that_is_not_a_chunk_end_of_a_prefill_row_is_refused(saves, match):
+    out, meta = _step([0, 1, 101], 1, ["d0", "a"], saves)
+    with pytest.raises(ValueError, match=match):
+        checkpoint_saves(out, meta, SLOTS)

@@ -128,6 +128,24 @@ def test_a_slot_read_in_this_step_is_not_evicted_by_a_save_of_the_same_step():
     assert pool.reserve(b"y", kept=False) == slot and pool.was_evicted(b"x")
 
 
+def test_stats_count_a_pool_that_a_failed_step_left_empty():
+    """The stats read the pool's counters whenever there is a pool, empty or not: a one-slot pool whose
+    second save evicted the first and then failed (its reservation dropped) is empty, yet one checkpoint
+    was saved and one evicted. Modes without a pool report zeros."""
+    from qwen_ops.scheduling.gdn_checkpoints import PrefixCacheStats
+
+    pool = GdnCheckpointPool(1)
+    pool.reserve(b"x", kept=False)
+    pool.new_step_starts()
+    pool.reserve(b"y", kept=False)  # evicts x
+    pool.drop_step_reservations()  # the step failed
+    assert len(pool) == 0
+    d = PrefixCacheStats(pool).as_dict()
+    assert (d["checkpoints_saved"], d["checkpoints_evicted"], d["checkpoints_cached"]) == (1, 1, 0)
+    d = PrefixCacheStats(None).as_dict()
+    assert (d["checkpoints_saved"], d["checkpoints_evicted"], d["checkpoints_cached"]) == (0, 0, 0)
+
+
 def test_chunk_mode_holds_gdn_pages_as_none_mode():
     s = chunk_scheduler(num_speculative_tokens=2)
     s.add_request(Request("a", prompt(70), 4))
