@@ -127,6 +127,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "b | x equals b + x whenever b = 0 or x = 0, and one of them always is: drafts are verified only on "
         "decode rows, whose last known token is row b = 0, and a row with b > 0 (a prompt's last chunk) has no "
         "drafts, so it emits one token (x = 0)",
+    ("ops/gdn/triton_chunk.py", "g_last = tl.sum(g_row, axis=0)  # G at the chunk's last row (rows past it add 0)",
+     "NumberReplacer"):
+        "g_row is 1-D (one gate per row of the chunk, loaded over tl.arange(0, BT)): axis -1 is axis 0",
 }
 
 
