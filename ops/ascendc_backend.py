@@ -101,35 +101,43 @@ def fused_recurrent_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=N
                                      use_qk_l2norm_in_kernel=False, num_accepted_tokens=None):
     op = "fused_recurrent_gated_delta_rule"
     _no_spec_decode(op, num_accepted_tokens)
-    return _delta_rule(_ext().ascendc_fused_recurrent_gated_delta_rule, "fused_recurrent_gated_delta_rule", q, k, v,
-                       g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
-                       has_initial_state, use_qk_l2norm_in_kernel)
+    o, final = _delta_rule(_ext().ascendc_fused_recurrent_gated_delta_rule, "fused_recurrent_gated_delta_rule", q, k,
+                           v, g, beta, scale, initial_state, output_final_state, cu_seqlens, ssm_state_indices,
+                           has_initial_state, use_qk_l2norm_in_kernel)
+    return o, (final if output_final_state else None)
 
 
 def _delta_rule(binding, op, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-                ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel):
-    """Both delta-rule bindings: a state pool is updated in place (so it must be contiguous), plain states are read."""
+                ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel, **extra):
+    """Both delta-rule bindings: a state pool is updated in place (so it must be contiguous), plain states are
+    read. Returns the binding's tuple; ``extra`` are binding-specific keyword arguments."""
     if initial_state is not None:
         if ssm_state_indices is not None:
             initial_state = _in_place(op, "initial_state", initial_state)
         else:
             initial_state = initial_state.contiguous()
-    o, final = binding(
+    return binding(
         _c(q), _c(k), _c(v), _c(g), _c(beta), float(scale), initial_state, bool(output_final_state),
-        _c(cu_seqlens), _c(ssm_state_indices), _c(has_initial_state), bool(use_qk_l2norm_in_kernel), **_config())
-    return o, (final if output_final_state else None)
+        _c(cu_seqlens), _c(ssm_state_indices), _c(has_initial_state), bool(use_qk_l2norm_in_kernel), **extra,
+        **_config())
 
 
 def chunk_gated_delta_rule(*, q, k, v, g, beta, scale, initial_state=None, output_final_state=False, cu_seqlens=None,
-                           ssm_state_indices=None, has_initial_state=None, use_qk_l2norm_in_kernel=False):
+                           ssm_state_indices=None, has_initial_state=None, use_qk_l2norm_in_kernel=False,
+                           checkpoint_boundaries=None):
     """The chunked delta rule on the mixed AIC+AIV kernel: any Dk, Dv up to ``gdn_chunk_max_head_dim()``
-    (padded to the cube tile of 16 inside the kernel)."""
+    (padded to the cube tile of 16 inside the kernel). With ``checkpoint_boundaries`` [P, 2] the kernel also
+    writes the state at the requested chunk ends, returned third (float32 [P, Hv, Dk, Dv])."""
     op = "chunk_gated_delta_rule"
     refusal = _gdn_chunk_refusal(q.shape[-1], v.shape[-1])
     if refusal is not None:
         raise BackendError(refusal)
-    return _delta_rule(_ext().ascendc_chunk_gated_delta_rule, op, q, k, v, g, beta, scale, initial_state,
-                       output_final_state, cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel)
+    o, final, checkpoints = _delta_rule(
+        _ext().ascendc_chunk_gated_delta_rule, op, q, k, v, g, beta, scale, initial_state, output_final_state,
+        cu_seqlens, ssm_state_indices, has_initial_state, use_qk_l2norm_in_kernel,
+        checkpoint_boundaries=_c(checkpoint_boundaries))
+    result = (o, final if output_final_state else None)
+    return result if checkpoint_boundaries is None else result + (checkpoints,)
 
 
 def gdn_chunk_max_head_dim() -> int:

@@ -10,7 +10,6 @@ also has a speculative-decoding form (``num_accepted_tokens`` with 2-D
 """
 from __future__ import annotations
 
-import logging
 from typing import Optional
 
 import torch
@@ -19,8 +18,6 @@ from .. import _validate as check
 from .._backend import dispatch
 from .._library import custom_op, resolved_scale
 from .chunk_table import CHUNK as CHUNK_SIZE, prepare_chunk_indices
-
-logger = logging.getLogger("qwen_ops.ops")
 
 F32 = (torch.float32,)
 
@@ -199,7 +196,6 @@ def _register_delta_rule(name: str):
         extra = {"num_accepted_tokens": num_accepted_tokens} if name == SPEC_DECODE_OP else {}
         if checkpoint_boundaries is not None:
             extra["checkpoint_boundaries"] = checkpoint_boundaries.contiguous()
-            backend = _checkpointing_backend(name, backend, q.device)
         result = dispatch(name, backend, q.device, q=q, k=k, v=v, g=g, beta=beta,
                           scale=resolved_scale(name, scale, q.shape[-1]), initial_state=initial_state,
                           output_final_state=output_final_state, cu_seqlens=cu_seqlens,
@@ -229,24 +225,6 @@ def _register_delta_rule(name: str):
 _register_delta_rule("chunk_gated_delta_rule")
 _register_delta_rule("fused_recurrent_gated_delta_rule")
 
-# Backends whose chunk kernel cannot emit chunk-boundary states: a call asking for them runs on the
-# next backend of the device's order instead (the Ascend C chunk kernel keeps its state on chip
-# between chunks and has no output for intermediate states yet).
-_NO_CHECKPOINTS = {"ascendc": "the Ascend C chunk kernel has no output for chunk-boundary states"}
-
-
-def _checkpointing_backend(name: str, backend: str | None, device: torch.device) -> str | None:
-    """The backend that serves a chunk call asking for ``checkpoint_boundaries`` (logged when it changes)."""
-    from .._backend import _can_serve, _default_order, resolved_backend
-
-    chosen = resolved_backend(name, backend, device)
-    if chosen not in _NO_CHECKPOINTS:
-        return backend
-    fallback = next(b for b in _default_order(device) if b not in _NO_CHECKPOINTS and _can_serve(b, device) is None)
-    logger.warning("%s: checkpoint_boundaries run on the %r backend instead of %r: %s", name, fallback, chosen,
-                   _NO_CHECKPOINTS[chosen])
-    return fallback
-
 _DELTA_RULE_DOC = """
 
     Per sequence and value head, with state S [Dk, Dv] in float32, for each
@@ -274,8 +252,7 @@ _DELTA_RULE_DOC = """
             [P, 2], rows (sequence r, j): also return the state of sequence r
             after its first 64 * j tokens (1 <= j, 64 * j <= its length; a chunk
             boundary of the kernel, which computes that state anyway), for a
-            prefix cache. The Ascend C backend cannot emit them: such a call
-            runs on the next backend of the device's order (logged).
+            prefix cache. Every backend emits them (torch, Triton, Ascend C).
     Returns:
         ``(o, final_state)``: o [B, T, Hv, Dv] in v's dtype; final_state
         float32 [N, Hv, Dk, Dv] or None when not requested. With

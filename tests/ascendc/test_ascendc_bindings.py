@@ -386,6 +386,42 @@ CASES += [
 ]
 
 
+def test_chunk_checkpoints_valid_call_runs():
+    """The positive control of checkpoint_boundaries: sequence 1 (69 tokens) has one whole chunk."""
+    call = chunk_gated_delta_rule()
+    o, final, checkpoints = _C.ascendc_chunk_gated_delta_rule(**call, checkpoint_boundaries=torch.tensor([[1, 1]]))
+    assert checkpoints.shape == (1, 2, 16, 16) and bool(checkpoints.any()) and bool(torch.isfinite(checkpoints).all())
+    assert _C.ascendc_chunk_gated_delta_rule(**chunk_gated_delta_rule())[2] is None
+
+
+def boundaries(rows, dtype=torch.int64):
+    """chunk_gated_delta_rule with checkpoint_boundaries: sequence 0 has 1 token, sequence 1 has 69."""
+    return lambda call: call.update(checkpoint_boundaries=torch.tensor(rows, dtype=dtype))
+
+
+CASES += [
+    ("chunk_gated_delta_rule", "checkpoint_boundaries float", boundaries([[1, 1]], torch.float32),
+     r"'checkpoint_boundaries' must be int32/int64 \[P, 2\]"),
+    ("chunk_gated_delta_rule", "checkpoint_boundaries [P, 3]", boundaries([[1, 1, 0]]),
+     r"'checkpoint_boundaries' must be int32/int64 \[P, 2\]"),
+    ("chunk_gated_delta_rule", "checkpoint_boundaries non-contiguous",
+     lambda call: call.update(checkpoint_boundaries=torch.tensor([[1, 7], [1, 1]]).t()),
+     r"'checkpoint_boundaries' must be contiguous"),
+    ("chunk_gated_delta_rule", "checkpoint sequence 2 of 2", boundaries([[2, 1]]),
+     r"'checkpoint_boundaries' row 0 = \(2, 1\) names a sequence outside \[0, 2\)"),
+    ("chunk_gated_delta_rule", "checkpoint sequence -1", boundaries([[1, 1], [-1, 1]]),
+     r"'checkpoint_boundaries' row 1 = \(-1, 1\) names a sequence outside"),
+    ("chunk_gated_delta_rule", "checkpoint j 0", boundaries([[1, 0]]),
+     r"row 0 = \(1, 0\) must be a chunk boundary j >= 1 with 64 \* j <= the sequence's length 69"),
+    ("chunk_gated_delta_rule", "checkpoint past a short sequence", boundaries([[0, 1]], torch.int32),
+     r"row 0 = \(0, 1\) must be a chunk boundary j >= 1 with 64 \* j <= the sequence's length 1"),
+    ("chunk_gated_delta_rule", "checkpoint j past int32", boundaries([[1, 2 ** 40]]),
+     r"must be a chunk boundary j >= 1"),
+    ("chunk_gated_delta_rule", "checkpoint row twice", boundaries([[1, 1], [1, 1]]),
+     r"'checkpoint_boundaries' repeats the row \(1, 1\)"),
+]
+
+
 @pytest.mark.parametrize("name,what,mutate,match", CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
 def test_binding_rejects_bad_input_and_writes_nothing(name, what, mutate, match):
     call = VALID[name]()

@@ -44,6 +44,26 @@ def test_chunk_mode_outputs_equal_the_uncached_run(text_checkpoint, gen, engine)
     _close(again, cold)
 
 
+def test_chunk_mode_on_ascendc_equals_the_uncached_run(text_checkpoint, gen, monkeypatch):
+    """``backend="ascendc"`` (the Ascend C kernels through the CPU stand-in): the Ascend C chunk kernel emits
+    the checkpoints itself, no other backend runs the chunk op, and a hit at 64 tokens gives the tokens of the
+    run without caching (logprobs within the same 2e-3)."""
+    from backend_calls import record_backend_calls
+
+    shared = _tokens(gen, 140)
+    prompts = [shared + _tokens(gen, 10), shared[:70] + _tokens(gen, 5)]
+    plain = LLM(text_checkpoint, num_blocks=120, max_num_seqs=2, enable_prefix_caching=False, backend="ascendc")
+    cold = [plain.generate([p], GREEDY)[0] for p in prompts]
+    ran = record_backend_calls(monkeypatch)
+    llm = LLM(text_checkpoint, num_blocks=120, max_num_seqs=2, enable_prefix_caching=True,
+              mamba_cache_mode="chunk", backend="ascendc")
+    warm = [llm.generate([p], GREEDY)[0] for p in prompts]
+    assert [o.num_cached_tokens for o in warm] == [0, 64]
+    _close(warm, cold)
+    chunk_ops = {target for target in ran if target.endswith(":chunk_gated_delta_rule")}
+    assert chunk_ops == {"ascendc_backend:chunk_gated_delta_rule"}
+
+
 def test_checkpoint_pool_never_outgrows_the_page_pool(text_checkpoint):
     """A checkpoint is hit only with its prefix's attention blocks, so with num_blocks given the pool holds
     at most one checkpoint per 64-token boundary of the page pool, whatever the memory budget: before this

@@ -52,10 +52,26 @@ struct GdnChunkTiling {
   uint32_t dvPad;            //   matrix is this wide, its padding zeros
   uint32_t rowTile;          // chunk rows an AIV holds at once (64, 32, 16 or 8)
   uint32_t colTile;          // columns of one cube product per Mmad (a multiple of 16)
+  uint32_t numCheckpoints;   // P: requested chunk-boundary states (0: none, no checkpoint plan)
   float scale;
 };
 
 QWEN_GDN_CHUNK_FN uint32_t GdnPadDim(uint32_t d) { return (d + kGdnCubeTile - 1) / kGdnCubeTile * kGdnCubeTile; }
+
+// The checkpoint plan: an int32 GM array the host builds from the op's
+// checkpoint_boundaries [P, 2] (rows (sequence r, j): the state after r's
+// first 64 * j tokens goes to checkpoints[p], float32 [P, Hv, Dk, Dv]), so that
+// the AIV running unit (r, h) finds its sequence's requests without a search:
+//   [0, N]              first entry of each sequence: entries [plan[r], plan[r + 1])
+//                       are sequence r's, the entries sorted by (sequence, j);
+//   N + 1 + 2e, + 1     entry e: j (the state after j chunks) and p (its output row).
+// Every p is in [0, P) and each entry is read only by its own sequence's
+// units, which write row p only at the end of a whole chunk j - 1 they
+// compute: an entry whose j no chunk of the sequence ends on writes nothing.
+QWEN_GDN_CHUNK_FN uint32_t GdnCheckpointPlanInts(uint32_t numSeqs, uint32_t numCheckpoints) {
+  return numSeqs + 1 + 2 * numCheckpoints;
+}
+QWEN_GDN_CHUNK_FN uint32_t GdnCheckpointEntry(uint32_t numSeqs, uint32_t e) { return numSeqs + 1 + 2 * e; }
 
 // The GM workspace of one group: float matrices handed between its AIC and
 // AIVs, Dk and Dv padded (Dkp, Dvp) with zeros in the padding.

@@ -12,7 +12,9 @@
 //   AIC       : W = T Kb, U = T Vb, WS = W S                     (cube)
 //   AIV       : Vnew = U - WS
 //   AIC       : O = Qd S + Att Vnew (written to o in its dtype), Spart = KendT Vnew
-//   AIV       : S = e^gc_last S + Spart
+//   AIV       : S = e^gc_last S + Spart (and, where the host's checkpoint
+//               plan asks for the state after this chunk, its real Dk x Dv
+//               part to that row of `checkpoints`)
 //
 // Every matrix product is on the cube (float x float -> float: the state and
 // its products stay float32); every element-wise step on AIV 0 of the group.
@@ -40,6 +42,13 @@
 // an unpadded product would give them. The AIV holds rowTile (host-planned)
 // chunk rows at a time and the AIC computes colTile columns per Mmad, so the
 // unified buffer, L0B and L0C fit at Dk = Dv = 256.
+//
+// Checkpoints (a prefix cache's states every 64 tokens): the state after a
+// whole chunk is in the AIV's unified buffer anyway, piece by piece, when it
+// is written back to the workspace; the requested ones go from there straight
+// to GM as well, unpadded like the final state. Only whole chunks are
+// checkpoints (a boundary 64 * j <= the sequence's length), so a ragged last
+// chunk never is, and the AIC never knows about them.
 #include "qwen_kernel_common.h"
 #include "../op_host/chunk_gated_delta_rule_tiling.h"
 
@@ -215,13 +224,13 @@ __aicore__ inline void VToMte2() {
 class GdnChunkVector {
  public:
   __aicore__ inline void Run(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR g, GM_ADDR beta, GM_ADDR initialState,
-                             GM_ADDR cu, GM_ADDR idx, GM_ADDR hasInit, GM_ADDR finalState, GM_ADDR ws,
-                             const GdnChunkTiling& t) {
+                             GM_ADDR cu, GM_ADDR idx, GM_ADDR hasInit, GM_ADDR checkpointPlan, GM_ADDR finalState,
+                             GM_ADDR checkpoints, GM_ADDR ws, const GdnChunkTiling& t) {
     t_ = t;
     const uint32_t grp = static_cast<uint32_t>(GetBlockIdx()) / 2;
     if (grp >= t.usedCores) return;
     const bool worker = GetSubBlockIdx() == 0;
-    if (worker) Init(q, k, v, g, beta, initialState, finalState, ws, grp);
+    if (worker) Init(q, k, v, g, beta, initialState, checkpointPlan, finalState, checkpoints, ws, grp);
     for (uint32_t u = grp; u < t.numSeqs * t.numVHeads; u += t.usedCores) {
       const uint32_t r = u / t.numVHeads, h = u % t.numVHeads;
       const UnitInfo info = Describe(t, cu, idx, hasInit, r);
@@ -240,7 +249,8 @@ class GdnChunkVector {
 
  private:
   __aicore__ inline void Init(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR g, GM_ADDR beta, GM_ADDR initialState,
-                              GM_ADDR finalState, GM_ADDR ws, uint32_t grp) {
+                              GM_ADDR checkpointPlan, GM_ADDR finalState, GM_ADDR checkpoints, GM_ADDR ws,
+                              uint32_t grp) {
     const uint32_t es = DtypeSize(t_.qkvDtype);
     const uint32_t rowFloats = GdnChunkRowFloats(t_.rowTile, t_.dkPad, t_.dvPad);
     pipe_.InitBuffer(mask_, C * C * 4);
@@ -265,6 +275,12 @@ class GdnChunkVector {
     betaGm_ = beta;
     gState_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(initialState));
     gFinal_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(finalState));
+    if (t_.numCheckpoints != 0) {  // without checkpoints both pointers are null and never read
+      gPlan_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(checkpointPlan),
+                             GdnCheckpointPlanInts(t_.numSeqs, t_.numCheckpoints));
+      gCheckpoints_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(checkpoints),
+                                    static_cast<uint64_t>(t_.numCheckpoints) * t_.numVHeads * t_.dk * t_.dv);
+    }
     ws_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws) + static_cast<uint64_t>(grp) * t_.wsFloatsPerGroup,
                         t_.wsFloatsPerGroup);
     // Causal mask: 1 for j <= i, 0 above the diagonal.
@@ -317,9 +333,24 @@ class GdnChunkVector {
       DataCopy(Slot(WS_STATE)[r0 * dvp], a, n * dvp);
       Mte3ToV();
     }
+    // This sequence's checkpoint entries, in ascending j: a cursor that moves with the chunks.
+    uint32_t entry = 0, entriesEnd = 0;
+    if (t_.numCheckpoints != 0) {
+      entry = static_cast<uint32_t>(gPlan_.GetValue(r));
+      entriesEnd = static_cast<uint32_t>(gPlan_.GetValue(r + 1));
+    }
     for (uint32_t c = 0; c < Chunks(info.len); ++c) {
       const uint64_t rem = info.len - static_cast<uint64_t>(c) * C;
-      Chunk(info.bos + static_cast<uint64_t>(c) * C, rem < C ? static_cast<uint32_t>(rem) : C, h);
+      const uint32_t rows = rem < C ? static_cast<uint32_t>(rem) : C;
+      // The checkpoint row that takes the state after c + 1 whole chunks, if one was asked for.
+      int64_t checkpointRow = -1;
+      for (; entry < entriesEnd; ++entry) {
+        const int32_t j = gPlan_.GetValue(GdnCheckpointEntry(t_.numSeqs, entry));
+        if (j > static_cast<int32_t>(c + 1)) break;
+        if (j == static_cast<int32_t>(c + 1) && rows == C)
+          checkpointRow = gPlan_.GetValue(GdnCheckpointEntry(t_.numSeqs, entry) + 1);
+      }
+      Chunk(info.bos + static_cast<uint64_t>(c) * C, rows, h, checkpointRow);
     }
     // The final state, its real rows and columns: back to the pool row (in place) and/or to final_state.
     for (uint32_t r0 = 0; r0 < dk; r0 += t_.rowTile) {
@@ -386,7 +417,9 @@ class GdnChunkVector {
     Mte3ToV();
   }
 
-  __aicore__ inline void Chunk(uint64_t tok0, uint32_t rows, uint32_t h) {
+  // One chunk of `rows` tokens from token tok0 for value head h; checkpointRow >= 0: also write the state
+  // after it, its real Dk x Dv, to that row of `checkpoints`.
+  __aicore__ inline void Chunk(uint64_t tok0, uint32_t rows, uint32_t h, int64_t checkpointRow) {
     const uint32_t dkp = t_.dkPad, dvp = t_.dvPad, hv = t_.numVHeads, n = t_.rowTile;
     const uint32_t hk = h / (hv / t_.numKHeads);
     LocalTensor<float> a = rowsA_.Get<float>(), b = rowsB_.Get<float>();
@@ -480,18 +513,25 @@ class GdnChunkVector {
     }
     CrossCoreSetFlag<2, PIPE_MTE3>(kAivDone);
 
-    // ---- S = e^gc_last S + Spart
+    // ---- S = e^gc_last S + Spart (and the requested checkpoint: the same pieces, unpadded)
     CrossCoreWaitFlag(kAicDone);
     VToS();
     const float decay = egc.GetValue(C - 1);
+    const uint64_t headFloats = static_cast<uint64_t>(t_.dk) * t_.dv;
+    const uint64_t checkpoint = checkpointRow < 0 ? 0 : (static_cast<uint64_t>(checkpointRow) * hv + h) * headFloats;
     for (uint32_t r0 = 0; r0 < dkp; r0 += n) {
-      const uint32_t count = Piece(dkp, r0) * dvp;
+      const uint32_t pieceRows = Piece(dkp, r0), count = pieceRows * dvp;
       DataCopy(a, Slot(WS_STATE)[r0 * dvp], count);
       DataCopy(b, Slot(WS_SPART)[r0 * dvp], count);
       Mte2ToV();
       Muls(a, a, decay, static_cast<int32_t>(count));
       Add(a, a, b, static_cast<int32_t>(count));
-      ToWs(WS_STATE, r0 * dvp, a, count);
+      VToMte3();
+      DataCopy(Slot(WS_STATE)[r0 * dvp], a, count);
+      const uint32_t realRows = RealRows(t_.dk, r0, pieceRows);  // 0 for a piece of padding rows only
+      if (checkpointRow >= 0 && realRows > 0)
+        PadRowsOut(gCheckpoints_[checkpoint + static_cast<uint64_t>(r0) * t_.dv], a, realRows, t_.dv, dvp);
+      Mte3ToV();
     }
   }
 
@@ -500,7 +540,8 @@ class GdnChunkVector {
   TBuf<TPosition::VECCALC> mask_, matA_, matB_, matT_, rowsA_, rowsB_, raw_, gc_, negGc_, beta_, egc_, eEnd_, tmp_,
       red_, work_;
   GlobalTensor<uint8_t> gQ_, gK_, gV_;
-  GlobalTensor<float> gG_, gState_, gFinal_, ws_;
+  GlobalTensor<float> gG_, gState_, gFinal_, gCheckpoints_, ws_;
+  GlobalTensor<int32_t> gPlan_;
   GM_ADDR betaGm_ = nullptr;
 };
 
@@ -508,8 +549,9 @@ class GdnChunkVector {
 
 extern "C" __global__ __aicore__ void qwen_gdn_chunk(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR g, GM_ADDR beta,
                                                      GM_ADDR initialState, GM_ADDR cuSeqlens, GM_ADDR stateIndices,
-                                                     GM_ADDR hasInitial, GM_ADDR out, GM_ADDR finalState,
-                                                     GM_ADDR workspace, GM_ADDR tiling) {
+                                                     GM_ADDR hasInitial, GM_ADDR checkpointPlan, GM_ADDR out,
+                                                     GM_ADDR finalState, GM_ADDR checkpoints, GM_ADDR workspace,
+                                                     GM_ADDR tiling) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   GdnChunkTiling t;
   CopyTiling(&t, tiling);
@@ -518,6 +560,7 @@ extern "C" __global__ __aicore__ void qwen_gdn_chunk(GM_ADDR q, GM_ADDR k, GM_AD
     op.Run(out, workspace, cuSeqlens, stateIndices, hasInitial, t);
   } else {
     GdnChunkVector op;
-    op.Run(q, k, v, g, beta, initialState, cuSeqlens, stateIndices, hasInitial, finalState, workspace, t);
+    op.Run(q, k, v, g, beta, initialState, cuSeqlens, stateIndices, hasInitial, checkpointPlan, finalState,
+           checkpoints, workspace, t);
   }
 }
