@@ -73,6 +73,9 @@ TARGETS: tuple[Target, ...] = (
     # The MoE experts in Ascend C (on the stand-in)
     Target("fused experts (Ascend C)", "ops_ascendc/fused_experts/op_kernel/fused_experts.cpp",
            ("tests/ascendc/test_ascendc_fused_experts.py",)),
+    # The Ascend C chunk kernel (on the stand-in), which now also writes the checkpoints a prefix cache asks for
+    Target("chunk GDN (Ascend C)", "ops_ascendc/chunk_gated_delta_rule/op_kernel/chunk_gated_delta_rule.cpp",
+           ("tests/ops/test_gdn_chunk_checkpoints.py", "tests/ascendc/test_ascendc_chunk_gdn.py")),
     # Prefix caching at chunk granularity: the checkpoint pool (scheduler side), the rows the runner loads and
     # saves, and the chunk kernel's emission of the states at the checkpoint boundaries
     Target("GDN checkpoint pool", "scheduling/gdn_checkpoints.py",
