@@ -61,8 +61,10 @@ class TargetResult:
         return sum(o.status == status for o in self.outcomes)
 
 
-def prepare_workdir(workdir: Path) -> None:
-    """Copy the working tree's tracked files (mtimes kept: unchanged C++ is not rebuilt) and link the packages."""
+def prepare_workdir(workdir: Path, with_extension: bool = True) -> None:
+    """Copy the working tree's tracked files (mtimes kept: unchanged C++ is not rebuilt) and link the packages.
+    ``with_extension=False``: no ``qwen_ops._C`` (the vLLM environment's torch is not the one it was built for;
+    the plug-in runs without it, as .ci/vllm_tests installs it)."""
     workdir.mkdir(parents=True, exist_ok=True)
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     subprocess.run(["tar", "--null", "-cf", "-", "-T", "-"], cwd=REPO, input=files, check=True,
@@ -75,7 +77,7 @@ def prepare_workdir(workdir: Path) -> None:
         if not link.is_symlink():
             link.symlink_to(Path("..") / name)
     built = sorted((REPO / "qwen_ops").glob("_C*.so"))
-    if built and not any((workdir / "qwen_ops").glob("_C*.so")):
+    if with_extension and built and not any((workdir / "qwen_ops").glob("_C*.so")):
         shutil.copy2(built[0], workdir / "qwen_ops" / built[0].name)
 
 
@@ -85,9 +87,20 @@ def scratch_env(workdir: Path) -> dict:
     return env
 
 
+# The interpreter of each target environment (Target.env); "vllm" is set from --vllm-python.
+INTERPRETERS = {"": sys.executable}
+
+
+def default_vllm_python() -> str:
+    """The newest vLLM environment .ci/vllm_tests built (its cache folder), or ''."""
+    root = Path(os.environ.get("QWEN_OPS_CI_CACHE", "/root/.cache/qwen_ops_ci"))
+    found = sorted(root.glob("vllm-0.33.0-*/bin/python"), key=lambda p: p.stat().st_mtime)
+    return str(found[-1]) if found and (found[-1].parents[1] / ".complete").exists() else ""
+
+
 def test_command(target: Target, test_timeout: int) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", f"timeout={test_timeout}",
-            *target.tests]
+    return [INTERPRETERS[target.env], "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o",
+            f"timeout={test_timeout}", *target.tests]
 
 
 def run_tests(target: Target, workdir: Path, test_timeout: int, wall: float) -> tuple[bool, str]:
@@ -263,11 +276,22 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=os.environ.get("QWEN_OPS_MUTATION_DIR", "/tmp/qwen_ops_mutation"))
     parser.add_argument("--test-timeout", type=int, default=120, help="per-test limit in seconds")
     parser.add_argument("--markdown", default="", help="also write the table and survivors to this file")
+    parser.add_argument("--vllm-python", default="",
+                        help="the vLLM environment's python for the plug-in targets (default: the newest one "
+                             ".ci/vllm_tests built)")
     args = parser.parse_args(argv)
     targets = by_name([n.strip() for n in args.targets.split(",") if n.strip()]) if args.targets else list(TARGETS)
     workdir = Path(args.workdir)
     prepare_workdir(workdir)
     check_scratch_imports(workdir)
+    # The plug-in's targets: their own scratch copy, without the extension built for the .venv's torch.
+    workdirs = {"": workdir, "vllm": Path(f"{workdir}-vllm")}
+    if any(t.env == "vllm" for t in targets):
+        INTERPRETERS["vllm"] = args.vllm_python or default_vllm_python()
+        if not INTERPRETERS["vllm"]:
+            print("no vLLM environment: run .ci/vllm_tests once, or pass --vllm-python")
+            return 2
+        prepare_workdir(workdirs["vllm"], with_extension=False)
     if any(t.kind == "cpp" for t in targets):
         built, log = build_extension(workdir)
         if not built:
@@ -284,14 +308,15 @@ def main(argv=None) -> int:
             print(f"{target.name}: {result.not_run}", flush=True)
             continue
         t0 = time.time()
-        passed, log = run_tests(target, workdir, args.test_timeout, wall=3600)
+        target_dir = workdirs[target.env]
+        passed, log = run_tests(target, target_dir, args.test_timeout, wall=3600)
         result.baseline_s = time.time() - t0
         if not passed:
             result.error = f"tests fail unmutated: {log.splitlines()[-1] if log else ''}"
         else:
             wall = 3 * result.baseline_s + 60  # a mutant slower than this hangs: caught
             mutate = python_mutants if target.kind == "python" else cpp_mutants
-            result.outcomes = mutate(target, workdir, args.per_target, args.seed, args.test_timeout, wall)
+            result.outcomes = mutate(target, target_dir, args.per_target, args.seed, args.test_timeout, wall)
         results.append(result)
         done = result.error or f"{result.count('killed')}/{len(result.outcomes)} killed"
         print(f"{target.name}: {done}  ({time.time() - t0:.0f} s)", flush=True)

@@ -21,6 +21,9 @@ class Target:
     # C++: the instruction-set variant (``_C.cpu_isas()``) the source is; a CPU without it cannot run it, so
     # its mutants cannot be caught here: the runner reports the target as not run, with this reason.
     isa: str = ""
+    # Where the tests run: "" in the runner's own environment (the project's .venv), "vllm" in the vLLM 0.33.0
+    # environment that .ci/vllm_tests builds (the plug-in's tests need vLLM, which the .venv cannot hold).
+    env: str = ""
 
     @property
     def kind(self) -> str:
@@ -83,13 +86,16 @@ TARGETS: tuple[Target, ...] = (
             "tests/model/test_chunk_prefix_caching.py")),
     Target("GDN checkpoint rows", "model/worker/gdn_checkpoint_rows.py",
            ("tests/model/test_gdn_checkpoint_model.py", "tests/model/test_chunk_prefix_caching.py")),
+    # The vLLM plug-in: its attention backend (paged INT8 KV and the mixed batch through our ops) and its GDN
+    # layer, judged by tests_vllm/ in the vLLM environment (``--vllm-python``)
+    Target("vLLM plug-in attention backend", "qwen_ops/vllm_plugin/attention_backend.py",
+           ("tests_vllm/test_vllm_plugin.py",), env="vllm"),
+    Target("vLLM plug-in GDN layer", "qwen_ops/vllm_plugin/gdn_layer.py", ("tests_vllm/test_vllm_plugin.py",),
+           env="vllm"),
     Target("chunk checkpoints Triton", "ops/gdn/triton_chunk.py",
            ("tests/ops/test_gdn_chunk_checkpoints.py", "tests/triton/test_gdn_triton.py",
             "tests/triton/test_kernel_configs.py")),
 )
-# Not a target here: the vLLM plug-in (qwen_ops/vllm_plugin/). Every module of it but two small ones imports
-# vLLM, and its tests (tests_vllm/) run only in the vLLM environment that .ci/vllm_tests builds (vLLM 0.33.0
-# with its CUDA torch, ~9.4 GB; about 10 minutes a run), not in the project's .venv that this runner uses.
 
 # (source, the mutated line's text stripped, operator or a prefix of it) -> why no test can tell. The operator is
 # cosmic-ray's name (``ReplaceBinaryOperator_BitOr_LShift``) or, for C++, ``original -> replacement``.
