@@ -362,9 +362,11 @@ class HybridKVCacheManager:
     def plan_checkpoints(self, request: Request, start: int, num_new: int) -> list[tuple[int, int]]:
         """"chunk" mode: the checkpoints a step of ``num_new`` tokens from ``start`` saves, as (tokens
         from the step's start, slot). A boundary b is saved when it is a multiple of the granularity,
-        its attention blocks are hashed (known tokens), the chunk kernel has a chunk end there (b - start
-        a multiple of gdn_checkpoint_tokens: always after an aligned chunk), and it is not cached yet. The
-        prompt's last reachable boundary and the request's junction are kept (see gdn_checkpoints.py)."""
+        its attention blocks are hashed (known tokens), its state is at hand in the step (a chunk end of
+        the kernel, b - start a multiple of gdn_checkpoint_tokens, or the step's end, the state the step
+        leaves in the request's row: so a chunk that started off the grid, or is shorter than a kernel
+        chunk, still saves the boundary it ends on), and it is not cached yet. The prompt's last
+        reachable boundary and the request's junction are kept (see gdn_checkpoints.py)."""
         size, gran, pool = self.block_size, self.checkpoint_granularity, self.checkpoints
         end = min(start + num_new, len(request.block_hashes) * size)
         first = (start // gran + 1) * gran
@@ -374,8 +376,8 @@ class HybridKVCacheManager:
         kept = {max(last_prompt, 0) // gran * gran, request.shared_prefix_boundary}
         saves = []
         for boundary in range(first, end + 1, gran):
-            if (boundary - start) % CHUNK_TOKENS:
-                continue  # not a chunk end of the kernel in this step (an unaligned step start)
+            if (boundary - start) % CHUNK_TOKENS and boundary != start + num_new:
+                continue  # neither a chunk end of the kernel in this step (an unaligned start) nor its end
             key = request.block_hashes[boundary // size - 1]
             if pool.lookup(key) is not None:
                 if boundary in kept:

@@ -116,7 +116,13 @@ def simulate(llm, reference: Reference, config: str, seed: int, steps: int, *, a
     scheduler = engine.scheduler
     vocab = engine.config.vocab_size
     report = Report(config, seed)
-    prefixes = [[rng.randrange(1, vocab) for _ in range(rng.choice([20, 33, 40]))] for _ in range(2)]
+    # Shared prefixes long enough to be hit: past the hit granularity (a block; in "chunk" mode a GDN
+    # checkpoint, 64 tokens; an align block raised past 16) by at least 4 tokens. Always a choice from three
+    # lengths, so the seed's draws stay the same.
+    config = scheduler.config
+    granularity = config.checkpoint_granularity if config.gdn_cache_mode == "chunk" else config.block_size
+    lengths = [n + max(granularity + 4 - 20, 0) for n in (20, 33, 40)]
+    prefixes = [[rng.randrange(1, vocab) for _ in range(rng.choice(lengths))] for _ in range(2)]
     stages = [s for s in STAGES if s != "drafting" or engine.model_runner.spec is not None]
     injector = FaultInjector(engine)
     live: dict[str, tuple[list[int], int]] = {}  # request id -> (prompt, max_tokens)

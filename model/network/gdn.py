@@ -157,13 +157,12 @@ class GatedDeltaNet:
         if saves is not None and pools[0] is None:
             raise ValueError(f"GDN layer {self.layer}: the step saves GDN checkpoints but the caches have no "
                              "checkpoint pools (add_gdn_checkpoint_pools)")
-        if saves is not None and ndt < t:
-            # The conv state at a boundary is the last K - 1 conv inputs before it ("chunk" prefix caching).
-            _, ends, slots = saves
+        if saves is not None and ndt < t and saves.slots.numel():
+            # The conv state at a boundary inside a row is the last K - 1 conv inputs before it ("chunk" prefix
+            # caching); a row's end is saved below, from the state row.
             width = self.conv_w.shape[1] - 1
-            taps = ends[:, None] - width + torch.arange(width, device=ends.device)
-            pool = pools[0]
-            pool.index_copy_(0, slots, mixed[ndt:][taps].to(pool.dtype))
+            taps = saves.ends[:, None] - width + torch.arange(width, device=saves.ends.device)
+            pools[0].index_copy_(0, saves.slots, mixed[ndt:][taps].to(pools[0].dtype))
         if ndt < t:
             conv_out.append(ops.causal_conv1d_fn(
                 mixed[ndt:].contiguous(), self.conv_w, conv_states=conv_states,
@@ -200,9 +199,14 @@ class GatedDeltaNet:
                 cu_seqlens=batch.prefill_query_start_loc, ssm_state_indices=rows[first_prefill:],
                 has_initial_state=batch.has_initial_state[first_prefill:], use_qk_l2norm_in_kernel=True,
                 backend=self.backend("chunk_gated_delta_rule"), chunk_indices=batch.chunk_indices,
-                chunk_offsets=batch.chunk_offsets, checkpoint_boundaries=saves[0] if saves is not None else None)
-            if saves is not None:  # the recurrent states at the boundaries, emitted at the kernel's chunk ends
-                pools[1].index_copy_(0, saves[2], result[2])
+                chunk_offsets=batch.chunk_offsets,
+                checkpoint_boundaries=saves.boundaries if saves is not None and saves.slots.numel() else None)
+            if saves is not None and saves.slots.numel():  # inside rows: emitted at the kernel's chunk ends
+                pools[1].index_copy_(0, saves.slots, result[2])
+            if saves is not None and saves.final_slots.numel():  # at rows' ends: the states the step left
+                final_rows = rows[first_prefill:].index_select(0, saves.final_seqs).long()
+                pools[0].index_copy_(0, saves.final_slots, conv_states.index_select(0, final_rows).to(pools[0].dtype))
+                pools[1].index_copy_(0, saves.final_slots, ssm_states.index_select(0, final_rows))
             outs.append(result[0][0])
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, nv, dv]
         o = gated_rms_norm(o, z.reshape(t, self.nv, self.dv), self.norm_w, self.eps)

@@ -34,8 +34,7 @@ class StepInputs(StepMetadata):
     gdn_spec_state_indices: [G, num_decodes, 1 + k] int32, the same for speculative verify rows
         (None: ``spec_state_indices``).
     gdn_checkpoints: the "chunk" prefix-caching mode's saves of the step
-        (``worker/gdn_checkpoint_rows.checkpoint_saves``: boundaries [M, 2] int32, token ends [M] and
-        slots [M] int64), or None.
+        (``worker/gdn_checkpoint_rows.GdnCheckpointSaves``), or None.
     """
 
     prefill_query_start_loc: torch.Tensor | None = None
@@ -44,12 +43,12 @@ class StepInputs(StepMetadata):
     prefill_units: torch.Tensor | None = None
     gdn_state_indices: torch.Tensor | None = None
     gdn_spec_state_indices: torch.Tensor | None = None
-    gdn_checkpoints: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    gdn_checkpoints: "GdnCheckpointSaves | None" = None
 
     @classmethod
     def build(cls, meta: StepMetadata, device: torch.device, units: UnitsBuilder | None = None,
               gdn_rows: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-              gdn_checkpoints: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> "StepInputs":
+              gdn_checkpoints: "GdnCheckpointSaves | None" = None) -> "StepInputs":
         """Derive from the CPU ``meta`` (validated by the caller), then move everything to ``device``.
 
         gdn_rows: ``GdnPageTables.lay_out``'s per-group state rows (None: the GDN states are not in pages)."""
@@ -63,7 +62,8 @@ class StepInputs(StepMetadata):
                    chunk_offsets=chunk_offsets,
                    gdn_state_indices=gdn_rows[0] if gdn_rows is not None else None,
                    gdn_spec_state_indices=gdn_rows[1] if gdn_rows is not None else None,
-                   gdn_checkpoints=gdn_checkpoints,
+                   gdn_checkpoints=gdn_checkpoints.to(device, non_blocking=True) if gdn_checkpoints is not None
+                   else None,
                    prefill_units=units(meta.query_start_loc, meta.num_attention_decodes) if units is not None else None)
         return step.to(device, non_blocking=True)
 

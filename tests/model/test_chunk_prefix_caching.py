@@ -80,6 +80,21 @@ def test_checkpoint_pool_never_outgrows_the_page_pool(text_checkpoint):
     assert sizes[0] == sizes[1]
 
 
+def test_chunks_shorter_than_a_kernel_chunk_still_checkpoint(text_checkpoint, gen):
+    """A 24-token budget: every prefill chunk is shorter than the kernel's 64-token chunk and most start off
+    its grid, so the checkpoints are the states the chunks that end on a boundary leave in the state rows
+    (conv and recurrent). Hits on them give the uncached run's tokens; before, such a step saved nothing."""
+    shared = _tokens(gen, 140)
+    prompts = [shared + _tokens(gen, 10), shared + _tokens(gen, 30)]
+    engine = dict(num_blocks=120, max_num_seqs=2, max_num_batched_tokens=24)
+    plain = LLM(text_checkpoint, enable_prefix_caching=False, **engine)
+    cold = [plain.generate([p], GREEDY)[0] for p in prompts]
+    llm = LLM(text_checkpoint, enable_prefix_caching=True, mamba_cache_mode="chunk", **engine)
+    warm = [llm.generate([p], GREEDY)[0] for p in prompts]
+    assert [o.num_cached_tokens for o in warm] == [0, 128]
+    _close(warm, cold)
+
+
 def test_a_tiny_checkpoint_pool_evicts_and_stays_exact(text_checkpoint, gen):
     prompts = [_tokens(gen, 200) for _ in range(3)]
     plain = LLM(text_checkpoint, num_blocks=120, max_num_seqs=1, enable_prefix_caching=False)

@@ -110,16 +110,26 @@ def test_saves_of_later_prefill_rows_are_placed_after_the_decode_rows():
     """Two decode rows, then prefill rows of 100 and 130 tokens: a save's token end counts from the first
     prefill token (the chunk op sees the prefill rows only), so b's ends are 100 + 64 and 100 + 128."""
     out, meta = _step([0, 1, 2, 102, 232], 2, ["d0", "d1", "a", "b"], {"b": [(64, 3), (128, 4)], "a": [(64, 1)]})
-    boundaries, ends, slots = checkpoint_saves(out, meta, SLOTS)
-    assert boundaries.tolist() == [[1, 1], [1, 2], [0, 1]]
-    assert ends.tolist() == [164, 228, 64]
-    assert slots.tolist() == [3, 4, 1]
+    saves = checkpoint_saves(out, meta, SLOTS)
+    assert saves.boundaries.tolist() == [[1, 1], [1, 2], [0, 1]]
+    assert saves.ends.tolist() == [164, 228, 64]
+    assert saves.slots.tolist() == [3, 4, 1]
+    assert saves.final_seqs.numel() == saves.final_slots.numel() == 0
+
+
+def test_a_save_at_a_rows_end_comes_from_the_state_row_wherever_the_row_started():
+    """A row of 40 tokens (a chunk that started off the kernel's 64-token grid) saving the boundary it ends
+    on, and a row of 128 saving 64 inside it and 128 at its end: the ends are the states the step leaves."""
+    out, meta = _step([0, 1, 41, 169], 1, ["d0", "a", "b"], {"a": [(40, 2)], "b": [(64, 5), (128, 6)]})
+    saves = checkpoint_saves(out, meta, SLOTS)
+    assert saves.boundaries.tolist() == [[1, 1]] and saves.ends.tolist() == [104] and saves.slots.tolist() == [5]
+    assert saves.final_seqs.tolist() == [0, 1] and saves.final_slots.tolist() == [2, 6]
 
 
 @pytest.mark.parametrize("saves, match", [
     ({"d0": [(64, 0)]}, "'d0' saves at 64"),  # a decode row
-    ({"a": [(32, 0)]}, "'a' saves at 32"),  # not a chunk end
-    ({"a": [(128, 0)]}, "at most 100 tokens"),  # past the row
+    ({"a": [(32, 0)]}, "'a' saves at 32"),  # neither a chunk end nor the row's end
+    ({"a": [(128, 0)]}, "prefill row of 100 tokens"),  # past the row
     ({"a": [(64, SLOTS)]}, rf"slot {SLOTS}"),  # no such slot
 ])
 def test_a_save_that_is_not_a_chunk_end_of_a_prefill_row_is_refused(saves, match):

@@ -62,18 +62,16 @@ def test_a_shorter_shared_prefix_hits_its_own_boundary_and_names_the_missing_att
 
 
 def test_no_checkpoint_at_the_next_boundary_is_named():
-    # The first request's chunks end unaligned (a 100-token budget that cannot reach... then aligned): with
-    # a 40-token budget no chunk reaches a 64-token boundary on the kernel's grid at first.
-    s = chunk_scheduler(max_num_batched_tokens=40)
+    # A 40-token request takes 40 of the first step's 100-token budget, so the second starts with a chunk of
+    # 60 and its next chunk [60, 128) has 64 inside it, off the kernel's grid: 64 is never saved, while its
+    # attention blocks are cached. A request sharing 100 tokens stops there, and says why.
+    s = chunk_scheduler(max_num_batched_tokens=100)
     base = prompt(200)
-    first_steps = []
+    s.add_request(Request("c", prompt(40, seed=5), 2))
     s.add_request(Request("a", base, 2))
     while s.has_unfinished_requests():
-        out, _ = step(s)
-        first_steps.append(out)
-    saved = [save for out in first_steps for save in out.gdn_checkpoint_saves.get("a", [])]
-    assert saved == []  # chunks of 40 never put a 64-multiple at a 64-token chunk end of the step
-    out = serve(s, "b", base)
+        step(s)
+    out = serve(s, "b", base[:100] + prompt(20, seed=7))
     assert out.num_cached_tokens["b"] == 0 and out.prefix_hit_reasons["b"] == "no_gdn_checkpoint"
 
 
@@ -88,6 +86,30 @@ def test_prefill_chunks_end_on_checkpoint_boundaries():
                            out.gdn_checkpoint_saves.get("a", [])))
     assert starts[:4] == [(0, 64, [(64, 0)]), (64, 64, [(64, 1)]), (128, 64, [(64, 2)]), (192, 64, [(64, 3)])]
     assert starts[4][:2] == (256, 44)
+
+
+def test_chunks_shorter_than_a_kernel_chunk_save_the_boundaries_they_end_on():
+    """A 32-token budget never gives the kernel a whole 64-token chunk, and a chunk of 40 starts the rest of
+    the prompt off the kernel's grid: each chunk that ends on a boundary saves it (its end, the state the
+    step leaves), and a resend hits the last one before its last token."""
+    s = chunk_scheduler(max_num_batched_tokens=32)
+    tokens = prompt(150)
+    s.add_request(Request("a", tokens, 2))
+    saves = []
+    while s.has_unfinished_requests():
+        out, _ = step(s)
+        if out.gdn_checkpoint_saves.get("a"):
+            saves.append((out.num_computed_tokens["a"], out.num_scheduled_tokens["a"], out.gdn_checkpoint_saves["a"]))
+    assert [(start + n, offsets) for start, n, offsets in saves] == [(64, [(32, 0)]), (128, [(32, 1)])]
+    assert serve(s, "b", tokens).num_cached_tokens["b"] == 128
+    s = chunk_scheduler(max_num_batched_tokens=100)
+    s.add_request(Request("c", prompt(40, seed=5), 2))  # takes 40 of the first step's budget
+    s.add_request(Request("d", prompt(200, seed=6), 2))  # starts with 60 tokens: off the grid until it ends on one
+    ends = []
+    while s.has_unfinished_requests():
+        out, _ = step(s)
+        ends += [out.num_computed_tokens["d"] + offset for offset, _ in out.gdn_checkpoint_saves.get("d", [])]
+    assert ends == [128, 192]  # 64 lies inside the off-grid chunk [60, 128): not a state the step has
 
 
 def test_mtp_drops_one_block_and_says_so():
