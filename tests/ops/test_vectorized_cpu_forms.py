@@ -147,6 +147,20 @@ def test_gdn_decode_kernel_rejects_a_slot_outside_the_pool(gen):
     assert torch.equal(pool, before)
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4, 4), (2, 2, 5, 4), (2, 2, 4, 3), (2, 2, 4)])
+def test_gdn_decode_kernel_rejects_a_pool_of_another_head_shape(gen, shape):
+    """The pool must be [S, Hv, Dk, Dv] of q's and v's heads: each dimension checked (the Python op checks it
+    too, but the C++ kernel is also called directly), nothing written."""
+    kernel = cpu_kernel_or_skip(cpu_decode_kernel)
+    pool = torch.zeros(shape)
+    before = pool.clone()
+    q = torch.zeros(1, 1, 4)
+    with pytest.raises(RuntimeError, match=r"pool must be \[S, Hv, Dk, Dv\]"):
+        kernel(q, q.clone(), torch.zeros(1, 2, 4), torch.zeros(1, 2), torch.zeros(1, 2), pool, torch.tensor([0]),
+               torch.tensor([False]), torch.empty(1, 2, 4))
+    assert torch.equal(pool, before)
+
+
 @pytest.mark.parametrize("group_chunks", [vectorized_chunk.GROUP_CHUNKS, 1])
 def test_gdn_chunked_form_matches_reference_chunk(gen, monkeypatch, group_chunks):
     monkeypatch.setattr(vectorized_chunk, "GROUP_CHUNKS", group_chunks)
