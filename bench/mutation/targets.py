@@ -144,6 +144,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "+ -> -"):
         "__builtin_prefetch is a hint that never faults and changes no value: prefetching the tile before "
         "instead of the next one can only change the speed",
+    ("qwen_ops/vllm_plugin/gdn_layer.py",
+     "mixed_qkv, z = mixed_qkvz.split([qkv_size, self.value_dim // self.tp_size], dim=-1)",
+     "ReplaceUnaryOperator_Delete_USub"):
+        "vLLM passes the layer 2-D hidden states [num_tokens, hidden], so the projection is 2-D: dim 1 is dim -1",
 }
 
 
