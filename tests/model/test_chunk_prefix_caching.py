@@ -95,6 +95,50 @@ def test_chunks_shorter_than_a_kernel_chunk_still_checkpoint(text_checkpoint, ge
     _close(warm, cold)
 
 
+# Qwen3.5's real GDN and attention head shapes (16 x 16 GDN heads of 128 x 128, 2 KV heads of 256) on the
+# tiny model's small hidden size and four layers: a GDN state per layer is 1 MiB of float32 against 16 KiB of
+# K/V per 16-token block, the proportions that make vLLM's align block hundreds of tokens.
+REAL_HEADS = dict(num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                  linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128)
+
+
+@pytest.fixture(scope="module")
+def real_heads_checkpoint(tmp_path_factory):
+    from checkpoints import save_text_checkpoint_with_mtp
+
+    return save_text_checkpoint_with_mtp(tmp_path_factory.mktemp("qwen35_real_heads"), seed=4, **REAL_HEADS)
+
+
+@pytest.mark.parametrize("engine, hits", [
+    ({}, [0, 128, 64]),
+    # INT8 KV: both engines prefill in 64-token chunks, so a cached prefix's K/V is read back from its INT8
+    # pages in the uncached run too (a prefill chunk attends to its own tokens' float K/V, and at head dim
+    # 256 that alone moves a logprob by ~3e-3: an INT8 effect, not a caching one).
+    ({"kv_cache_dtype": "int8", "max_num_batched_tokens": 64}, [0, 128, 64]),
+    # MTP: a hit first drops the drafter's last matched block (vLLM's rule), then falls to a checkpoint:
+    # 8 matched blocks (128) -> 112 -> 64; 4 (64) -> 48 -> 0.
+    ({"speculative": 1}, [0, 64, 0]),
+], ids=["float32_kv", "int8_kv", "mtp"])
+def test_real_head_proportions_warm_and_cold_equal_the_uncached_run(real_heads_checkpoint, gen, engine, hits):
+    from test_mtp_engine import mtp
+
+    engine = dict(engine)
+    spec = {"speculative_config": mtp(engine.pop("speculative"))} if "speculative" in engine else {}
+    shared = _tokens(gen, 140)
+    prompts = [shared + _tokens(gen, 30), shared + _tokens(gen, 80), shared[:70] + _tokens(gen, 5)]
+    common = dict(num_blocks=80, max_num_seqs=2, **engine)
+    cold = [LLM(real_heads_checkpoint, enable_prefix_caching=False, **common).generate([p], GREEDY)[0]
+            for p in prompts]
+    llm = LLM(real_heads_checkpoint, enable_prefix_caching=True, **common, **spec)  # chunk: the default
+    config = llm.llm_engine.scheduler_config
+    assert config.block_size == 16 and config.gdn_cache_mode == "chunk"
+    warm = [llm.generate([p], GREEDY)[0] for p in prompts]
+    assert [o.num_cached_tokens for o in warm] == hits
+    _close(warm, cold)
+    again = LLM(real_heads_checkpoint, enable_prefix_caching=True, **common, **spec)  # a cold engine: no hits
+    _close([again.generate([p], GREEDY)[0] for p in prompts[:1]], cold[:1])
+
+
 def test_a_tiny_checkpoint_pool_evicts_and_stays_exact(text_checkpoint, gen):
     prompts = [_tokens(gen, 200) for _ in range(3)]
     plain = LLM(text_checkpoint, num_blocks=120, max_num_seqs=1, enable_prefix_caching=False)
