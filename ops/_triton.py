@@ -189,6 +189,11 @@ def grid_size(device: torch.device, n_items: int) -> int:
     return max(1, min(n_items, programs, MAX_GRID))
 
 
+# What a CUDA config that does not name them launches with (``ConfiguredKernel``'s autotune list).
+DEFAULT_NUM_WARPS = 4
+DEFAULT_NUM_STAGES = 2
+
+
 class ConfiguredKernel:
     """A jitted kernel plus how to choose its meta-parameters on each target."""
 
@@ -206,7 +211,8 @@ class ConfiguredKernel:
     def _autotuned(self):
         configs = [
             triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
-                          num_warps=c.get("num_warps", 4), num_stages=c.get("num_stages", 2))
+                          num_warps=c.get("num_warps", DEFAULT_NUM_WARPS),
+                          num_stages=c.get("num_stages", DEFAULT_NUM_STAGES))
             for c in self.cuda_configs
         ]
         # Autotuning runs the kernel once per config: arguments it updates in
@@ -234,8 +240,8 @@ def _check_cuda_config(kernel, config: dict) -> None:
     """Refuse, where the kernel is declared, a CUDA config that could only fail on a GPU (where CI never
     runs it): Triton needs a power-of-two warp count (at most 32) and power-of-two block sizes
     (``tl.arange`` extents), and at least one pipeline stage."""
-    name = getattr(kernel, "__name__", getattr(getattr(kernel, "fn", None), "__name__", repr(kernel)))
-    warps, stages = config.get("num_warps", 4), config.get("num_stages", 2)
+    name = getattr(kernel, "__name__", repr(kernel))  # a JITFunction carries its function's name
+    warps, stages = config.get("num_warps", DEFAULT_NUM_WARPS), config.get("num_stages", DEFAULT_NUM_STAGES)
     if not _is_power_of_two(warps) or warps > 32:
         raise ValueError(f"{name}: cuda config {config} has num_warps={warps!r}; Triton needs a power of two <= 32")
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:

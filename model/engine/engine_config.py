@@ -207,24 +207,26 @@ class EngineConfig:
             max_model_len, max_model_len_reason = _fitted_max_model_len(
                 config, kv_cache_memory_gib, num_blocks, budget_bytes=budget_bytes, block_size=block_size,
                 max_num_seqs=max_num_seqs, dtype=torch_dtype, kv_dtype=kv_dtype, **pages)
-        plan = plan_memory(config, budget_bytes=budget_bytes, block_size=block_size, max_num_seqs=max_num_seqs,
-                           max_model_len=max_model_len, dtype=torch_dtype, kv_dtype=kv_dtype, num_blocks=num_blocks,
-                           **pages)
+
+        def plan_pool(budget: int) -> MemoryPlan:
+            return plan_memory(config, budget_bytes=budget, block_size=block_size, max_num_seqs=max_num_seqs,
+                               max_model_len=max_model_len, dtype=torch_dtype, kv_dtype=kv_dtype,
+                               num_blocks=num_blocks, **pages)
+
+        plan = plan_pool(budget_bytes)
         if chunk_mode:
             # A checkpoint is hit only with the attention blocks of the prefix before it, so the pool never
             # needs more checkpoints than the page pool holds boundaries: capping there keeps a small pool
             # (num_blocks given) from reserving its whole share, and makes the pool's size, and so the
             # compiled graphs' shapes, depend on the arguments rather than on the memory free at start.
             granularity = math.lcm(SchedulerConfig.gdn_checkpoint_tokens, block_size)
-            boundaries = (plan.num_blocks - 1) * block_size // granularity
-            if num_checkpoints > max(boundaries, 1):
-                freed = (num_checkpoints - max(boundaries, 1)) * slot_bytes
-                num_checkpoints = max(boundaries, 1)
+            cap = max((plan.num_blocks - 1) * block_size // granularity, 1)
+            if num_checkpoints > cap:
+                freed = (num_checkpoints - cap) * slot_bytes
+                num_checkpoints = cap
                 outside_bytes -= freed
                 if num_blocks is None:  # the freed share buys pages (whose boundaries only raise the cap)
-                    plan = plan_memory(config, budget_bytes=budget_bytes + freed, block_size=block_size,
-                                       max_num_seqs=max_num_seqs, max_model_len=max_model_len, dtype=torch_dtype,
-                                       kv_dtype=kv_dtype, num_blocks=num_blocks, **pages)
+                    plan = plan_pool(budget_bytes + freed)
             # The pool's blocks hold attention pages only (plan_memory sized them so: state_bytes is 0); the
             # running states and the checkpoints are the bytes outside it.
             plan = replace(plan, num_state_slots=plan.max_num_seqs * (1 + k), gdn_checkpoints=num_checkpoints,

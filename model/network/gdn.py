@@ -157,7 +157,10 @@ class GatedDeltaNet:
         if saves is not None and pools[0] is None:
             raise ValueError(f"GDN layer {self.layer}: the step saves GDN checkpoints but the caches have no "
                              "checkpoint pools (add_gdn_checkpoint_pools)")
-        if saves is not None and ndt < t and saves.slots.numel():
+        # "chunk" prefix caching: saves inside prefill rows (the kernel's chunk ends) and at rows' ends.
+        saves_inside = saves is not None and saves.slots.numel() > 0
+        saves_at_ends = saves is not None and saves.final_slots.numel() > 0
+        if saves_inside and ndt < t:
             # The conv state at a boundary inside a row is the last K - 1 conv inputs before it ("chunk" prefix
             # caching); a row's end is saved below, from the state row.
             width = self.conv_w.shape[1] - 1
@@ -200,10 +203,10 @@ class GatedDeltaNet:
                 has_initial_state=batch.has_initial_state[first_prefill:], use_qk_l2norm_in_kernel=True,
                 backend=self.backend("chunk_gated_delta_rule"), chunk_indices=batch.chunk_indices,
                 chunk_offsets=batch.chunk_offsets,
-                checkpoint_boundaries=saves.boundaries if saves is not None and saves.slots.numel() else None)
-            if saves is not None and saves.slots.numel():  # inside rows: emitted at the kernel's chunk ends
+                checkpoint_boundaries=saves.boundaries if saves_inside else None)
+            if saves_inside:  # emitted at the kernel's chunk ends
                 pools[1].index_copy_(0, saves.slots, result[2])
-            if saves is not None and saves.final_slots.numel():  # at rows' ends: the states the step left
+            if saves_at_ends:  # the states the step left in the rows
                 final_rows = rows[first_prefill:].index_select(0, saves.final_seqs).long()
                 pools[0].index_copy_(0, saves.final_slots, conv_states.index_select(0, final_rows).to(pools[0].dtype))
                 pools[1].index_copy_(0, saves.final_slots, ssm_states.index_select(0, final_rows))
