@@ -22,8 +22,7 @@ class SchedulerConfig:
     long_prefill_token_threshold: cap on one request's tokens per step (0: no cap).
     reserve_full_prompt: admit a request only if its whole prompt fits in free
         blocks, not only its first chunk (vLLM's scheduler_reserve_full_isl).
-    num_speculative_tokens: draft tokens per step (MTP/EAGLE style: their KV
-        slots are reserved ahead as lookahead).
+    num_speculative_tokens: draft tokens per step.
     num_gdn_groups: GDN ("mamba") KV cache groups of a hybrid model (0: pure
         attention). vLLM's one-pool layout: every group gives a request its own
         pages from the same block pool, G GDN groups then one attention group
@@ -36,6 +35,14 @@ class SchedulerConfig:
         short and align mode keeps GDN states one block lower (vLLM's
         SpeculativeConfig.use_eagle(): True for "mtp"/"eagle", False for
         "ngram"). Needs num_speculative_tokens > 0 and num_gdn_groups > 0.
+    num_lookahead_tokens: KV slots reserved past the scheduled tokens for a
+        drafter that writes KV of its own there (vLLM's
+        VllmConfig.num_lookahead_tokens). None resolves it as vLLM does from
+        what the config knows of the drafter: num_speculative_tokens for an
+        EAGLE/MTP drafter (use_eagle) and 0 for an ngram one on a hybrid model
+        (use_eagle=False there says the drafter is not EAGLE-style); an
+        attention-only config, where use_eagle is not offered, keeps a draft
+        model's num_speculative_tokens. An int sets it.
     mamba_cache_mode: how a hybrid model caches GDN states (vLLM's
         CacheConfig.mamba_cache_mode spelling). "none": no prefix caching of
         GDN states (needs enable_prefix_caching=False); "align": vLLM 0.33's
@@ -63,6 +70,7 @@ class SchedulerConfig:
     num_speculative_tokens: int = 0
     num_gdn_groups: int = 0
     use_eagle: bool = False
+    num_lookahead_tokens: int | None = None
     mamba_cache_mode: str | None = None
     num_gdn_checkpoints: int = 0
     gdn_checkpoint_tokens: int = 64
@@ -74,6 +82,12 @@ class SchedulerConfig:
         for name in ("long_prefill_token_threshold", "num_speculative_tokens", "num_gdn_groups",
                      "num_gdn_checkpoints"):
             _require_int(name, getattr(self, name), minimum=0)
+        if self.num_lookahead_tokens is not None:
+            _require_int("num_lookahead_tokens", self.num_lookahead_tokens, minimum=0)
+            if self.num_lookahead_tokens > self.num_speculative_tokens:
+                raise ValueError(f"num_lookahead_tokens ({self.num_lookahead_tokens}) must be <= "
+                                 f"num_speculative_tokens ({self.num_speculative_tokens}): a drafter writes KV "
+                                 "for the tokens it drafts")
         for name in ("enable_chunked_prefill", "enable_prefix_caching", "reserve_full_prompt", "use_eagle"):
             if type(getattr(self, name)) is not bool:  # "no" or 0 would read as a silent True/False
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -130,6 +144,14 @@ class SchedulerConfig:
         if mode == "chunk" and self.num_gdn_checkpoints < 1:
             raise ValueError("mamba_cache_mode='chunk' needs num_gdn_checkpoints >= 1 (the checkpoint pool's "
                              f"slots), got {self.num_gdn_checkpoints}")
+
+    @property
+    def lookahead_tokens(self) -> int:
+        """num_lookahead_tokens, None resolved (see the class docstring)."""
+        if self.num_lookahead_tokens is not None:
+            return self.num_lookahead_tokens
+        drafter_writes_kv = self.use_eagle or not self.num_gdn_groups
+        return self.num_speculative_tokens if drafter_writes_kv else 0
 
     @property
     def gdn_cache_mode(self) -> str:

@@ -122,8 +122,8 @@ class Scheduler:
         # Each request rolled back by rollback_step that has not got past its failure since: (failed steps,
         # the furthest cursor they reached). One such request at a time is admitted.
         self.step_failures: dict[str, tuple[int, int]] = {}
-        # Draft-model (MTP/EAGLE) drafts write KV past the scheduled tokens: reserve it.
-        self.num_lookahead_tokens = config.num_speculative_tokens
+        # A drafter with KV of its own (MTP/EAGLE, a draft model) writes it past the scheduled tokens.
+        self.num_lookahead_tokens = config.lookahead_tokens
         # vLLM leaves the budget it picked inside a compile setting; say it up front.
         logger.info(
             "qwen_ops scheduler: max_num_batched_tokens=%d max_num_seqs=%d block_size=%d "

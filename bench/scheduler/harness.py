@@ -35,15 +35,18 @@ def load_package_copy(directory: str, name: str = "baseline_scheduling"):
 
 
 def load_ours():
-    """Import qwen_ops.scheduling, from the installed package or else from this checkout."""
+    """Import this checkout's qwen_ops.scheduling: the installed package when it is this checkout's,
+    else the checkout's files (an interpreter with another copy installed, e.g. the CI's vLLM venv,
+    or none, would otherwise compare the wrong code)."""
     try:
         import qwen_ops.scheduling as scheduling
 
-        return scheduling
+        if Path(scheduling.__file__).resolve().parent == REPO / "scheduling":
+            return scheduling
     except ImportError:
         pass
-    # An interpreter without qwen_ops installed (e.g. a vLLM-only venv): load the
-    # package straight from the checkout under its real name.
+    for name in [m for m in sys.modules if m == "qwen_ops" or m.startswith("qwen_ops.")]:
+        del sys.modules[name]
     parent = sys.modules.setdefault("qwen_ops", types.ModuleType("qwen_ops"))
     parent.__path__ = getattr(parent, "__path__", [])
     spec = importlib.util.spec_from_file_location(
@@ -160,6 +163,9 @@ def random_hybrid_workload(rng: random.Random) -> Workload:
         # Blocks wider than many budgets: align-mode chunks that end mid-block and re-align.
         config["block_size"] = rng.choice([32, 64])
     spec_tokens = config["num_speculative_tokens"]
+    if spec_tokens and rng.random() < 0.5:
+        # As an MTP head would: KV slots reserved past the drafts (else ngram's none).
+        config["num_lookahead_tokens"] = spec_tokens
     pages = groups * ((2 if config["enable_prefix_caching"] else 1) + spec_tokens)
     blocks_for_one = -(-(config["max_model_len"] + spec_tokens) // config["block_size"]) + pages
     config["num_blocks"] = 1 + rng.randint(blocks_for_one, blocks_for_one * rng.choice([1, 1, 2, 4]))
@@ -360,9 +366,13 @@ class VllmDriver:
             structured_output_manager=StructuredOutputManager(vllm_config),
             log_stats=False,
         )
-        # The ngram drafter reserves no lookahead slots; an MTP/EAGLE drafter (what
-        # qwen_ops models) reserves num_speculative_tokens. Same rule, set directly.
-        self.scheduler.num_lookahead_tokens = k
+        # vLLM's ngram drafter reserves no lookahead slots (what a hybrid config without use_eagle
+        # says); a draft model or an MTP/EAGLE drafter reserves num_speculative_tokens (what an
+        # attention-only config keeps, and what an explicit num_lookahead_tokens sets): set directly.
+        lookahead = config.get("num_lookahead_tokens")
+        if lookahead is None:
+            lookahead = 0 if self.hybrid and not config.get("use_eagle") else k
+        self.scheduler.num_lookahead_tokens = lookahead
         from vllm.utils.hashing import sha256
 
         init_none_hash(sha256)

@@ -40,6 +40,39 @@ def test_none_mode_holds_one_page_per_gdn_group_plus_the_speculative_ones():
             assert out.group_block_ids["a"][3] is out.block_ids["a"]  # the attention group comes last
 
 
+@pytest.mark.parametrize("use_eagle, lookahead", [(False, 0), (True, 2)])
+def test_none_mode_reserves_lookahead_only_for_a_drafter_with_kv(use_eagle, lookahead):
+    # vLLM 0.33 reserves num_lookahead_tokens = k only for an EAGLE/MTP drafter, none for ngram. Two
+    # 32-token prompts at block 16 with k = 2: an ngram drafter's request holds 2 attention blocks, an
+    # MTP one 3 (ceil(34 / 16)). Every request holds 1 + k GDN pages per group either way.
+    s = make_scheduler(num_gdn_groups=3, num_speculative_tokens=2, use_eagle=use_eagle, block_size=16,
+                       max_num_batched_tokens=64,
+                       max_model_len=128, num_blocks=64)
+    assert s.num_lookahead_tokens == lookahead
+    for name in "ab":
+        s.add_request(make_request(name, 32, max_tokens=4))
+    out = s.schedule()
+    attention_blocks = 2 + (lookahead > 0)
+    for name in "ab":
+        assert len(out.block_ids[name]) == attention_blocks
+        assert [len(t) for t in out.group_block_ids[name][:3]] == [3, 3, 3]
+    assert s.num_free_blocks == 63 - 2 * (attention_blocks + 9)
+
+
+def test_an_explicit_lookahead_overrides_the_drafter_rule():
+    assert SchedulerConfig(**dict(_SMALL, num_gdn_groups=3, num_speculative_tokens=2)).lookahead_tokens == 0
+    assert SchedulerConfig(**dict(_SMALL, num_speculative_tokens=2)).lookahead_tokens == 2  # a draft model
+    assert SchedulerConfig(**dict(_SMALL, num_gdn_groups=3, num_speculative_tokens=2,
+                                  num_lookahead_tokens=1)).lookahead_tokens == 1
+    with pytest.raises(ValueError, match=r"num_lookahead_tokens \(3\) must be <= num_speculative_tokens \(2\)"):
+        SchedulerConfig(**dict(_SMALL, num_speculative_tokens=2, num_lookahead_tokens=3))
+    with pytest.raises(TypeError, match="num_lookahead_tokens must be an int"):
+        SchedulerConfig(**dict(_SMALL, num_speculative_tokens=2, num_lookahead_tokens=1.0))
+
+
+_SMALL = dict(max_num_batched_tokens=16, max_num_seqs=4, block_size=4, num_blocks=32, max_model_len=64)
+
+
 def test_align_mode_last_chunk_starts_at_the_last_block_boundary():
     # The budget fits the whole 50-token prompt, but the state at 48 must be cached: 48 + 2.
     s = align_scheduler()
