@@ -79,6 +79,15 @@ SMALL_M_LINEAR = {
     torch.float32: (2e-5, 2e-5),
 }
 
+# The bfloat16 small_m_linear (tests/ops/test_small_m_linear_bf16.py) against the float32 product of the same
+# bfloat16 operands: the products are exact in float32 and summed there (vdpbf16ps, or the portable loop),
+# then the result is rounded once to bfloat16: at most half a bfloat16 ulp, <= 2^-8 of |out| (rtol 4e-3),
+# plus the float32 sums' order (a few 1e-7 at outputs of order 1; atol 2e-5 as SMALL_M_LINEAR). A wrong
+# element, lane or K tail is off by O(1).
+SMALL_M_LINEAR_BF16 = {
+    torch.bfloat16: (2e-5, 4e-3),
+}
+
 # The C++ decode attention's variants (tests/ops/test_kv_kernel_isas.py) at Qwen3.5's head size D = 256 with
 # sharp softmaxes (query x 3), against the float32 reference: both take 256-term dot products and weighted sums
 # over hundreds of tokens in float32, in different orders, and a score's rounding error e scales its softmax

@@ -1,6 +1,6 @@
 """The decode-path projections of the Qwen3.5-0.8B shape: F.linear against qwen_ops' small-M CPU kernel.
 
-    python bench/e2e/bench_small_m_linear.py [--rows 1,8] [--repeats 5] [--shapes all|lm_head]
+    python bench/e2e/bench_small_m_linear.py [--rows 1,8] [--repeats 5] [--shapes all|lm_head] [--dtype bfloat16]
     python bench/e2e/bench_small_m_linear.py --sweep [--sweep-rows 1,2,4,...] [--repeats 5] [--threads 1 --timer cpu]
 
 --sweep times F.linear against the kernel over numbers of rows M for one K = 128 shape (the tiny default
@@ -80,7 +80,10 @@ def main(argv=None):
     p.add_argument("--rows", default="1,8", help="numbers of rows M, comma separated")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--shapes", default="all", choices=("all", "lm_head"))
-    p.add_argument("--isas", default=None, help="instruction sets to time (default: the best this CPU runs)")
+    p.add_argument("--isas", default=None, help="instruction sets to time (default: the best this CPU runs; "
+                   "bfloat16: 'portable' or 'avx512_bf16')")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the weights' and x's dtype (bfloat16: F.linear is oneDNN's, the kernel vdpbf16ps)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--stream-bytes", type=int, default=256 << 20, help="bytes of weight copies cycled per shape")
     p.add_argument("--sweep", action="store_true", help="the M sweep against F.linear instead of the shape table")
@@ -93,12 +96,15 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     from qwen_ops import _C
 
-    isas = args.isas.split(",") if args.isas else [_C.cpu_best_isa()]
+    dtype = getattr(torch, args.dtype)
+    best = _C.small_m_linear_bf16_variants()[-1] if dtype == torch.bfloat16 else _C.cpu_best_isa()
+    isas = args.isas.split(",") if args.isas else [best]
     if args.sweep:
         return sweep(args, isas[-1])
     shapes = SHAPES if args.shapes == "all" else {"lm_head": SHAPES["lm_head"]}
     bandwidth = read_bandwidth(statistic=min)
-    print(f"threads={torch.get_num_threads()} isas={_C.cpu_isas()} read bandwidth (torch.sum, best pass) "
+    esize = torch.empty((), dtype=dtype).element_size()
+    print(f"dtype={args.dtype} threads={torch.get_num_threads()} isas={isas} read bandwidth (torch.sum, best pass) "
           f"{bandwidth / 1e9:.1f} GB/s; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     print("| shape [N, K] | M | variant | median ms | GB/s | vs F.linear | rate / same-bytes torch.sum's | "
           "rate / read bandwidth | max abs diff vs F.linear |")
@@ -107,21 +113,21 @@ def main(argv=None):
     per_step = {}
     for m in (int(r) for r in args.rows.split(",")):
         for name, (n, k, count) in shapes.items():
-            w = torch.randn(n, k, generator=gen) / k ** 0.5
-            weights = [w] + [w.clone() for _ in range(max(0, -(-args.stream_bytes // (n * k * 4)) - 1))]
-            x = torch.randn(m, k, generator=gen)
+            w = (torch.randn(n, k, generator=gen) / k ** 0.5).to(dtype)
+            weights = [w] + [w.clone() for _ in range(max(0, -(-args.stream_bytes // (n * k * esize)) - 1))]
+            x = torch.randn(m, k, generator=gen).to(dtype)
             fns = variants(isas)
             fns[SUM] = lambda x, w: w.sum()
             medians = interleaved_medians(fns, x, weights, args.repeats)
-            ref = F.linear(x, w)
+            ref = F.linear(x, w).float()
             for v, seconds in medians.items():
-                diff = "" if v == SUM else f"{(fns[v](x, w) - ref).abs().max().item():.1e}"
-                print(f"| {name} [{n}, {k}] | {m} | {v} | {seconds * 1e3:.3f} | {w.numel() * 4 / seconds / 1e9:.1f} | "
+                diff = "" if v == SUM else f"{(fns[v](x, w).float() - ref).abs().max().item():.1e}"
+                print(f"| {name} [{n}, {k}] | {m} | {v} | {seconds * 1e3:.3f} | {w.numel() * esize / seconds / 1e9:.1f} | "
                       f"{medians['F.linear'] / seconds:.2f}x | {medians[SUM] / seconds:.2f} | "
-                      f"{w.numel() * 4 / seconds / bandwidth:.2f} | {diff} |", flush=True)
+                      f"{w.numel() * esize / seconds / bandwidth:.2f} | {diff} |", flush=True)
                 per_step[(m, v)] = per_step.get((m, v), 0.0) + count * seconds
             del w, weights
-    weight_bytes = sum(n * k * 4 * c for n, k, c in shapes.values())
+    weight_bytes = sum(n * k * esize * c for n, k, c in shapes.values())
     print(f"\nper decode step ({'the lm_head only' if args.shapes == 'lm_head' else 'every projection'}, "
           f"{weight_bytes / 1e9:.2f} GB of weights; floor {weight_bytes / bandwidth * 1e3:.1f} ms at "
           f"{bandwidth / 1e9:.1f} GB/s):")

@@ -281,7 +281,9 @@ def main(argv=None) -> int:
     if args.make_0p8b:
         from bench_vs_transformers import make_0p8b_checkpoint
 
-        model_dir = make_0p8b_checkpoint(os.path.join(args.work, "q0p8b"))
+        model_dir = os.path.join(args.work, "q0p8b")
+        if not os.path.exists(os.path.join(model_dir, "config.json")):  # written once: the GGUFs are made from it
+            make_0p8b_checkpoint(model_dir)
     if model_dir is None:
         from qwen_ops.model.loading.default_model import default_model_dir
 

@@ -15,6 +15,8 @@ std::vector<Isa> supported_isas();
 const char* isa_name(Isa isa);
 // AVX-512 F, BW, VL and VNNI (vpdpbusd), in an x86 build: what the INT8 linear kernels' SIMD variant needs.
 bool cpu_has_avx512_vnni();
+// AVX-512 F, BW, VL and BF16 (vdpbf16ps), in an x86 build: what the bfloat16 small-M linear's SIMD variant needs.
+bool cpu_has_avx512_bf16();
 // "portable" / "avx2" / "avx512" -> Isa; TORCH_CHECK-fails on any other name or one the CPU lacks.
 Isa isa_from_name(const std::string& op, const std::string& name);
 

@@ -14,6 +14,9 @@ namespace {
 struct Avx2Lanes {
   using V = __m256;
   static constexpr int kWidth = 8;
+  using Elem = float;
+  using In = V;  // a step's operands are float32 vectors themselves
+  static constexpr int kStep = kWidth;
   static V zero() { return _mm256_setzero_ps(); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static __m256i lane() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
@@ -21,6 +24,7 @@ struct Avx2Lanes {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lane());
   }
   static V load_first(const float* p, int64_t count) { return _mm256_maskload_ps(p, first_lanes(count)); }
+  static V load_bias(const float* p, int64_t count) { return load_first(p, count); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static void store_first(float* p, V v, int count) { _mm256_maskstore_ps(p, first_lanes(count), v); }

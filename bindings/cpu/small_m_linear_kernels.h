@@ -22,6 +22,14 @@ namespace qwen_ops::cpu {
 using SmallMLinearF32 = void (*)(const float* x, const float* w, const float* bias, float* out, int64_t M,
                                  int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 
+// The same for bfloat16 operands and result (uint16_t holding bfloat16's bits): products and sums in
+// float32, the result rounded to bfloat16 (nearest even). The AVX-512 BF16 variant (vdpbf16ps) is the fast
+// one; the portable one serves CPUs without it (and checks it).
+using SmallMLinearBf16 = void (*)(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
+                                  int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+
+void small_m_linear_bf16_portable(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
+                                  int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 void small_m_linear_f32_portable(const float* x, const float* w, const float* bias, float* out, int64_t M,
                                  int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 #if defined(QWEN_OPS_X86_KERNELS)
@@ -29,6 +37,8 @@ void small_m_linear_f32_avx2(const float* x, const float* w, const float* bias, 
                              int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 void small_m_linear_f32_avx512(const float* x, const float* w, const float* bias, float* out, int64_t M,
                                int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+void small_m_linear_bf16_avx512(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
+                                int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 #endif
 
 }  // namespace qwen_ops::cpu

@@ -2,10 +2,13 @@
 // instruction-set "lane" type S, included only by the file compiled with S's -m flags
 // (small_m_linear_avx2.cpp, small_m_linear_avx512.cpp), so each variant gets its own copy of the code.
 //
-// S provides (kWidth = lanes of one vector V):
-//   zero(), load(p), load_first(p, count) (lanes >= count are 0 and not read: the K tail), add(a, b),
-//   fmadd(a, b, c), store_first(p, v, count) (lanes >= count not written), lanes_from(v, first) (lane l
-//   = v's lane first + l) and sum_each(v[kWidth]) -> V whose lane l is the sum of v[l]'s lanes.
+// S provides Elem (the element type of x, w, bias and out: float, or uint16_t holding bfloat16), V (kWidth
+// float32 lanes of sums), In (one step's operand vector: kStep elements of x or w; V itself for float32),
+//   zero(), load(p) -> In, load_first(p, count) -> In (elements >= count are 0 and not read: the K tail),
+//   fmadd(w, x, acc) -> V (acc plus the products of the step's elements, lane by lane), add(a, b),
+//   load_bias(p, count) -> V (count elements as float32 lanes), store_first(p, v, count) (v's first count
+//   lanes written as Elem, the rest not touched), lanes_from(v, first) (lane l = v's lane first + l) and
+//   sum_each(v[kWidth]) -> V whose lane l is the sum of v[l]'s lanes.
 //
 // No standard-library calls here: an out-of-line copy of one, compiled with another file's -m flags,
 // could be the one the linker keeps for every file.
@@ -33,17 +36,19 @@ namespace qwen_ops::cpu::tiles {
 // the tiny lm_head at M = 32 took 1.2-1.5x longer). At M = 1 the same prefetches made the read slower
 // (21 against 30 GB/s on one core), so one row of x leaves the weight to the hardware prefetcher.
 template <class S, int RN, int RM>
-inline void tile(const float* x, const float* w, const float* bias, float* out, int64_t N, int64_t K, int64_t n,
-                 int rn, int64_t m, int64_t ahead) {
+inline void tile(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
+                 typename S::Elem* out, int64_t N, int64_t K, int64_t n, int rn, int64_t m, int64_t ahead) {
   static_assert(RN * RM <= S::kWidth, "a tile holds at most one vector of sums per lane");
   using V = typename S::V;
+  using In = typename S::In;
+  using E = typename S::Elem;
   V acc[S::kWidth];
   for (int a = 0; a < S::kWidth; ++a) acc[a] = S::zero();
   // Columns past the end of this thread's range (rn < RN) re-read the last valid row: in bounds, and
   // their sums are computed but never stored.
-  const float* wr[RN];
+  const E* wr[RN];
   for (int j = 0; j < RN; ++j) wr[j] = w + (n + (j < rn ? j : rn - 1)) * K;
-  const float* xr[RM];
+  const E* xr[RM];
   for (int i = 0; i < RM; ++i) xr[i] = x + (m + i) * K;
 
   // The weight rows are streamed G at a time: G = RN, but 4 for M = 1, where 4 streams read faster than 16
@@ -53,23 +58,23 @@ inline void tile(const float* x, const float* w, const float* bias, float* out, 
   static_assert(RN % G == 0, "row groups split the tile");
   for (int g = 0; g < RN; g += G) {
     int64_t k = 0;
-    for (; k + S::kWidth <= K; k += S::kWidth) {
-      V wv[G];
+    for (; k + S::kStep <= K; k += S::kStep) {
+      In wv[G];
       for (int j = 0; j < G; ++j) {
         if constexpr (RM > 1) __builtin_prefetch(wr[g + j] + k + ahead, 0, 2);
         wv[j] = S::load(wr[g + j] + k);
       }
       for (int i = 0; i < RM; ++i) {
-        const V xv = S::load(xr[i] + k);
+        const In xv = S::load(xr[i] + k);
         for (int j = 0; j < G; ++j) acc[i * RN + g + j] = S::fmadd(wv[j], xv, acc[i * RN + g + j]);
       }
     }
     if (k < K) {
       const int64_t rest = K - k;
-      V wv[G];
+      In wv[G];
       for (int j = 0; j < G; ++j) wv[j] = S::load_first(wr[g + j] + k, rest);
       for (int i = 0; i < RM; ++i) {
-        const V xv = S::load_first(xr[i] + k, rest);
+        const In xv = S::load_first(xr[i] + k, rest);
         for (int j = 0; j < G; ++j) acc[i * RN + g + j] = S::fmadd(wv[j], xv, acc[i * RN + g + j]);
       }
     }
@@ -79,7 +84,7 @@ inline void tile(const float* x, const float* w, const float* bias, float* out, 
   // lane 0 and stored under a mask of rn lanes, in registers (a vector stored to the stack and read
   // back in pieces stalls on store forwarding).
   const V sums = S::sum_each(acc);
-  const V bias_v = bias ? S::load_first(bias + n, rn) : S::zero();
+  const V bias_v = bias ? S::load_bias(bias + n, rn) : S::zero();
   for (int i = 0; i < RM; ++i) {
     const V row = S::lanes_from(sums, i * RN);
     S::store_first(out + (m + i) * N + n, bias ? S::add(row, bias_v) : row, rn);
@@ -88,8 +93,9 @@ inline void tile(const float* x, const float* w, const float* bias, float* out, 
 
 // Rows [m, m + RM) of x against the weight rows [n, n_end) of one column block, RN at a time.
 template <class S, int RN, int RM>
-inline void row_tile_across(const float* x, const float* w, const float* bias, float* out, int64_t N, int64_t K,
-                            int64_t n, int64_t n_end, int64_t m, int64_t ahead) {
+inline void row_tile_across(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
+                            typename S::Elem* out, int64_t N, int64_t K, int64_t n, int64_t n_end, int64_t m,
+                            int64_t ahead) {
   for (; n < n_end; n += RN)
     tile<S, RN, RM>(x, w, bias, out, N, K, n, static_cast<int>(n_end - n < RN ? n_end - n : RN), m, ahead);
 }
@@ -103,8 +109,8 @@ inline void row_tile_across(const float* x, const float* w, const float* bias, f
 constexpr int64_t kBlockColumns = 16;
 
 template <class S, int RN, int RM>
-inline void columns(const float* x, const float* w, const float* bias, float* out, int64_t M, int64_t N, int64_t K,
-                    int64_t n_begin, int64_t n_end) {
+inline void columns(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
+                    typename S::Elem* out, int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
   static_assert(kBlockColumns % RN == 0 && RM <= 4, "tiles fill a block; remainders of at most 3 rows of x");
   for (int64_t n = n_begin; n < n_end; n += kBlockColumns) {
     const int64_t block_end = n_end - n < kBlockColumns ? n_end : n + kBlockColumns;
@@ -131,8 +137,8 @@ inline void columns(const float* x, const float* w, const float* bias, float* ou
 
 // The kernel entry of a SIMD variant (the SmallMLinearF32 contract of small_m_linear_kernels.h).
 template <class S>
-inline void small_m_linear(const float* x, const float* w, const float* bias, float* out, int64_t M, int64_t N,
-                           int64_t K, int64_t n_begin, int64_t n_end) {
+inline void small_m_linear(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
+                           typename S::Elem* out, int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
   constexpr int W = S::kWidth;
   if (M == 1) {
     columns<S, W, 1>(x, w, bias, out, M, N, K, n_begin, n_end);

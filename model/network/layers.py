@@ -12,12 +12,17 @@ import torch.nn.functional as F
 
 from ...ops.int8_linear import int8_linear, quantize_per_token, quantize_static
 from ...ops.int8_linear.reference import dequantize_weight
-from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available
+from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available, small_m_linear_bf16_simd
 from ..loading.quantization import W8A8, W8A8_DYNAMIC, Int8Weight
 
 # QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
 SMALL_M_LINEAR_ENV = "QWEN_OPS_SMALL_M_LINEAR"
 _small_m_linear_on = small_m_linear_available() and os.environ.get(SMALL_M_LINEAR_ENV, "1") != "0"
+
+
+# bfloat16 takes the kernel only where it has its AVX-512 BF16 variant (vdpbf16ps reads half float32's bytes);
+# elsewhere F.linear (oneDNN) serves it.
+_SMALL_M_DTYPES = (torch.float32, torch.bfloat16) if small_m_linear_bf16_simd() else (torch.float32,)
 
 
 def set_small_m_linear(enabled: bool) -> bool:
@@ -34,17 +39,18 @@ def set_small_m_linear(enabled: bool) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``; x: [T, K], weight: [N, K] (or an ``Int8Weight``), bias: [N] or None -> [T, N].
 
-    An ``Int8Weight`` runs ``int8_projection``. On the CPU in float32 with at most ``SMALL_M_MAX_ROWS`` rows (decode steps) and contiguous
-    operands it runs ``torch.ops.qwen_ops.small_m_linear``, which streams the weight at the
-    machine's bandwidth where MKL's small-M sgemm does not; the result equals F.linear's up to the
-    order of the float32 sums over K. Everything else (prefill, other dtypes and devices) is F.linear.
+    An ``Int8Weight`` runs ``int8_projection``. On the CPU with at most ``SMALL_M_MAX_ROWS`` rows (decode
+    steps) and contiguous operands, in float32 (or bfloat16 where the CPU has AVX-512 BF16), it runs
+    ``torch.ops.qwen_ops.small_m_linear``, which streams the weight at the machine's bandwidth where MKL's
+    small-M sgemm does not; the result equals F.linear's up to the order of the float32 sums over K (bfloat16:
+    float32 sums, one rounding). Everything else (prefill, other dtypes and devices) is F.linear.
     """
     if isinstance(weight, Int8Weight):
         return int8_projection(x, weight, bias)
     if (_small_m_linear_on and x.device.type == "cpu" and x.dim() == 2 and x.shape[0] <= SMALL_M_MAX_ROWS
-            and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.is_contiguous()
+            and x.dtype in _SMALL_M_DTYPES and weight.dtype == x.dtype and x.is_contiguous()
             and weight.is_contiguous()
-            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
+            and (bias is None or (bias.dtype == x.dtype and bias.is_contiguous()))):
         return torch.ops.qwen_ops.small_m_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 

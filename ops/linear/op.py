@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .. import _validate as check
-from .._cpu_kernels import cpu_torch_op_available
+from .._cpu_kernels import cpu_kernel, cpu_torch_op_available
 
 OP = "small_m_linear"
 # Rows of x up to which the model's projections take this kernel on the CPU (decode batches); larger
@@ -31,12 +31,19 @@ def small_m_linear_available() -> bool:
     return _AVAILABLE
 
 
+def small_m_linear_bf16_simd() -> bool:
+    """True when bfloat16 operands run the AVX-512 BF16 variant (``vdpbf16ps``) on this CPU; without it the
+    op still takes bfloat16 (a portable loop, for checks), but the model leaves bfloat16 to F.linear."""
+    variants = cpu_kernel("small_m_linear_bf16_variants")
+    return _AVAILABLE and variants is not None and "avx512_bf16" in variants()
+
+
 def _check(x, weight, bias):
     """The checks of the C++ kernel, for the fake (same conditions, same names)."""
-    check.tensor(OP, "x", x, dtypes=(torch.float32,), ndim=2, layout="[M, K]")
+    check.tensor(OP, "x", x, dtypes=(torch.float32, torch.bfloat16), ndim=2, layout="[M, K]")
     k = x.shape[1]
-    check.tensor(OP, "weight", weight, dtypes=(torch.float32,), shape=(None, k), layout=f"[N, K] with K = {k}")
-    check.optional(OP, "bias", bias, dtypes=(torch.float32,), shape=(weight.shape[0],),
+    check.tensor(OP, "weight", weight, dtypes=(x.dtype,), shape=(None, k), layout=f"[N, K] with K = {k}")
+    check.optional(OP, "bias", bias, dtypes=(x.dtype,), shape=(weight.shape[0],),
                    layout=f"[N] = [{weight.shape[0]}]")
     check.same_device(OP, x=x, weight=weight, bias=bias)
 
@@ -52,13 +59,16 @@ def small_m_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     """``x @ weight.T + bias`` for a small number of rows M of x, on the CPU.
 
     Args:
-        x: [M, K] float32, contiguous, CPU. Any M works; the model sends it M <= ``SMALL_M_MAX_ROWS``
-            (64), where it was measured faster than F.linear.
-        weight: [N, K] float32, contiguous, CPU (the ``nn.Linear`` layout).
-        bias: [N] float32, contiguous, or None.
+        x: [M, K] float32 or bfloat16, contiguous, CPU. Any M works; the model sends it M <=
+            ``SMALL_M_MAX_ROWS`` (64), where it was measured faster than F.linear.
+        weight: [N, K] of x's dtype, contiguous, CPU (the ``nn.Linear`` layout).
+        bias: [N] of x's dtype, contiguous, or None.
     Returns:
-        [M, N] float32, a new tensor. Equal to ``F.linear(x, weight, bias)`` up to float32 rounding:
-        the sums over K are taken in SIMD-lane order, not MKL's (tests/tolerances.py SMALL_M_LINEAR).
+        [M, N] of x's dtype, a new tensor. float32: equal to ``F.linear(x, weight, bias)`` up to float32
+        rounding: the sums over K are taken in SIMD-lane order, not MKL's (tests/tolerances.py
+        SMALL_M_LINEAR). bfloat16: the products and sums in float32 (AVX-512 BF16's ``vdpbf16ps`` where the
+        CPU has it, which reads denormal inputs as 0), the result rounded once to bfloat16 (nearest even), so
+        within one bfloat16 rounding of the float32 product of the same operands (SMALL_M_LINEAR_BF16).
         Row m of the result is the same bitwise whatever M is (every output is summed in one order).
     Raises:
         RuntimeError naming the argument on a wrong device, rank, shape, dtype or a non-contiguous

@@ -40,6 +40,19 @@ def test_the_built_extension_has_the_kernel():
     assert hasattr(_C, "small_m_linear_isa") and hasattr(_C, "cpu_isas"), "qwen_ops._C lacks small_m_linear_isa"
 
 
+def test_the_kernels_split_their_work_over_torch_threads():
+    # at::parallel_for is inline in ATen's headers and spreads the work only in code compiled with OpenMP: a
+    # build without -fopenmp ran every CPU kernel on the calling thread, silently (half a 2-core decode step's
+    # read rate).
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert _C.parallel_for_threads(2) == 2
+        assert _C.parallel_for_threads(1) == 1
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _operands(m, n, k, *, bias, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=g)
