@@ -52,7 +52,9 @@ def int8_schemes(model_dir: str, config: Qwen35Config, quantization: str | None)
     method, description = resolve_quantization(os.fspath(model_dir), quantization)
     allowed = quantizable_names(config, expected_shapes(config))
     if method == INT8_WEIGHT_ONLY:
-        return {name: WEIGHT_ONLY for name in allowed}
+        # The lm_head too (LM_HEAD; with tied embeddings an INT8 copy beside the float embedding, whose
+        # lookups read a row a token): a decode step reads it whole, a third of the 0.8B model's bytes.
+        return {**{name: WEIGHT_ONLY for name in allowed}, LM_HEAD: WEIGHT_ONLY}
     if description is None:
         return {}
     text_names = {c: text_model_name(c, config.multimodal) for c in description}
@@ -73,6 +75,10 @@ def _scheme_part(name: str, schemes: dict[str, str]) -> tuple[str, str] | None:
     weight = prefix + ".weight"
     scheme = schemes.get(weight)
     return (weight, suffix) if scheme is not None and suffix in SCHEME_TENSORS.get(scheme, ()) else None
+
+
+# The head's text-model name; present in the weights with tied embeddings only when it is an INT8 copy.
+LM_HEAD = "lm_head.weight"
 
 
 def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
@@ -323,7 +329,8 @@ def load_weights(model_dir: str, config: Qwen35Config, dtype: torch.dtype,
         raise WeightsError(f"checkpoint in {model_dir!r}: {exc}") from exc
     if weight_only:
         for name in schemes:
-            weights[name] = weight_only_int8(weights[name])
+            source = "embed_tokens.weight" if name == LM_HEAD and config.tie_word_embeddings else name
+            weights[name] = weight_only_int8(weights[source])
     return weights, scales
 
 

@@ -43,9 +43,11 @@ import torch
 import torch.nn.functional as F
 
 from ..loading.config import Qwen35Config
+from ..loading.quantization import Int8Weight
 from ..loading.weights import (WeightsError, _check_expert_pieces, _open, _per_expert_target, checkpoint_files,
                                expected_shapes)
 from .attention import FullAttention
+from .greedy_head import head_logits
 from .layers import rms_norm_zero_centred, rope_cos_sin, swiglu_mlp
 from .moe import SparseMoeBlock
 
@@ -249,6 +251,8 @@ class Qwen35MTP:
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[S, H] -> float32 logits [S, V] through the shared lm_head."""
+        if isinstance(self.lm_head, Int8Weight):  # "int8_weight_only" heads the drafter with the target's INT8 head
+            return head_logits(hidden, self.lm_head)
         return F.linear(hidden, self.lm_head).float()
 
     def greedy_draft(self, batch, hidden_states: torch.Tensor, caches,

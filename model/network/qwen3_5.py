@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from ..loading.config import Qwen35Config
-from ..loading.weights import load_weights
+from ..loading.weights import LM_HEAD, load_weights
 from .attention import FullAttention, KVObserver
 from .dense_mlp import DenseMLP
 from .gdn import GatedDeltaNet
-from .greedy_head import linear_greedy_argmax
-from .layers import linear, rms_norm_scaled, rope_cos_sin, zero_centred_scale
+from .greedy_head import head_logits, linear_greedy_argmax
+from .layers import rms_norm_scaled, rope_cos_sin, zero_centred_scale
 from .moe import RoutingObserver, SparseMoeBlock
 from .step_inputs import StepInputs
 
@@ -36,7 +36,8 @@ class Qwen35ForCausalLM:
         self.config = config
         self.backend = backend
         self.embed = weights["embed_tokens.weight"]
-        self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head.weight"]
+        # The head: the embedding when tied, unless the weights hold an INT8 copy of it ("int8_weight_only").
+        self.lm_head = weights.get(LM_HEAD, self.embed)
         self.final_norm_scale = zero_centred_scale(weights["norm.weight"])  # 1 + w, made once
         self.kv_cache_scales = kv_cache_scales or {}
         self.routing_observer: RoutingObserver | None = None
@@ -99,7 +100,7 @@ class Qwen35ForCausalLM:
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[S, hidden] -> float32 logits [S, vocab]."""
-        return linear(hidden, self.lm_head).float()
+        return head_logits(hidden, self.lm_head)
 
     @torch.inference_mode()
     def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ import torch
 from ...scheduling import hybrid_block_size
 from ..loading.config import Qwen35Config
 from ..loading.quantization import int8_weight_bytes
-from ..loading.weights import expected_shapes, stored_dtype
+from ..loading.weights import LM_HEAD, expected_shapes, stored_dtype
 from ..network.kv_cache_groups import gdn_layer_groups
 
 # The scheduler keeps block 0 as the null block that pads block tables.
@@ -133,6 +133,8 @@ def weight_bytes(config: Qwen35Config, dtype: torch.dtype, int8_schemes: dict[st
     weight and float32 scales (``quantization.int8_weight_bytes``) instead."""
     total = 0
     int8_schemes = int8_schemes or {}
+    if config.tie_word_embeddings and LM_HEAD in int8_schemes:  # an INT8 head beside the float embedding
+        total += int8_weight_bytes((config.vocab_size, config.hidden_size), int8_schemes[LM_HEAD])
     for name, shape in expected_shapes(config).items():
         if name in int8_schemes:
             total += int8_weight_bytes(shape, int8_schemes[name])

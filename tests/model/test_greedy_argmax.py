@@ -135,3 +135,24 @@ def test_head_argmax_refuses_bad_shapes():
         linear_greedy_argmax(torch.zeros(2, 8), torch.zeros(100, 9))
     with pytest.raises(ValueError, match="linear_greedy_argmax"):
         linear_greedy_argmax(torch.zeros(8), torch.zeros(100, 8))
+
+
+@pytest.mark.parametrize("rows", [1, 4, 5, 16])
+def test_an_int8_head_gives_the_argmax_and_logits_of_its_own_projection(rows):
+    # "int8_weight_only" heads the model with an Int8Weight: the greedy tokens and the logits are those of
+    # layers.linear over it (the INT8 kernel up to WEIGHT_ONLY_KERNEL_MAX_ROWS rows, else dequantized a
+    # slice of INT8_HEAD_SLICE_ROWS at a time), across several slices and the short last one.
+    from qwen_ops.model.loading.quantization import weight_only_int8
+    from qwen_ops.model.network.greedy_head import INT8_HEAD_SLICE_ROWS, head_logits, head_rows
+
+    g = torch.Generator().manual_seed(rows)
+    vocab, hidden_size = 2 * INT8_HEAD_SLICE_ROWS + 3 * BLOCK + 5, 64
+    head = weight_only_int8(torch.randn(vocab, hidden_size, generator=g))
+    hidden = torch.randn(rows, hidden_size, generator=g)
+    whole = linear(hidden, head).float()  # one call over the whole INT8 head
+    logits = head_logits(hidden, head)
+    torch.testing.assert_close(logits, whole, rtol=0, atol=1e-5)  # same products; dequantized slices round alike
+    assert torch.equal(linear_greedy_argmax(hidden, head), logits.argmax(dim=-1))
+    part = head_rows(head, INT8_HEAD_SLICE_ROWS, vocab)
+    assert part.weight.shape == (vocab - INT8_HEAD_SLICE_ROWS, hidden_size) and part.scheme == head.scheme
+    assert torch.equal(part.weight_scale, head.weight_scale[INT8_HEAD_SLICE_ROWS:])

@@ -23,7 +23,7 @@ from qwen_ops.model.engine.engine_config import EngineConfig
 from qwen_ops.model.engine.generate import main
 from qwen_ops.model.loading.config import Qwen35Config
 from qwen_ops.model.loading.quantization import Int8Weight
-from qwen_ops.model.loading.weights import WeightsError, load_weights
+from qwen_ops.model.loading.weights import LM_HEAD, WeightsError, load_weights
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +84,19 @@ def test_memory_plan_counts_the_int8_weights(which, w8a8_dirs, default_dir, floa
     assert config.weight_bytes == _held_bytes(weights)
     float_bytes = float32_run[3].weight_bytes
     int8 = {n: t for n, t in weights.items() if isinstance(t, Int8Weight)}
+    # "int8_weight_only" quantizes the lm_head too; with tied embeddings that is an INT8 copy beside the float
+    # embedding (which the lookups read), so it adds what it holds instead of saving.
+    head = int8.pop(LM_HEAD, None)
+    assert (head is not None) == (which == "int8_weight_only")
     assert len(int8) == 31
+    extra = 0
+    if head is not None:
+        assert head.shape == weights["embed_tokens.weight"].shape
+        tied = config.config.tie_word_embeddings
+        extra = _held_bytes({LM_HEAD: head}) - (0 if tied else 4 * head.weight.numel())
     # Each INT8 projection saves its float32 bytes less what it holds (int8 weight, scales, quant_bias).
-    assert float_bytes - config.weight_bytes == sum(4 * t.weight.numel() for t in int8.values()) - _held_bytes(int8)
+    assert float_bytes - config.weight_bytes == \
+        sum(4 * t.weight.numel() for t in int8.values()) - _held_bytes(int8) - extra
     assert f"({config.weight_bytes / 2**20:.1f} MiB)" in config.describe()
 
 
