@@ -93,6 +93,18 @@ def test_weight_only_kernel_matches_the_reference(variant, m, n, k):
                                                                                     torch.float32))
 
 
+@needs_kernels
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_weight_only_rows_do_not_depend_on_the_batch_bitwise(variant):
+    # One row of x runs 8-column tiles and several rows 4-column ones; each output is still summed in one
+    # order (k ascending, 16 at a time, the tail last), so a request's logits do not move with its batch.
+    for m, n, k in [(9, 37, 130), (5, 19, 1027), (3, 8, 64)]:
+        x, w, ws, _, b = operands(m, n, k, seed=m)
+        whole = _C.weight_only_int8_linear_cpu(x, w, ws, b, variant)
+        for rows in (slice(0, 1), slice(2, 3), slice(1, 3), slice(m - 1, m)):
+            assert torch.equal(_C.weight_only_int8_linear_cpu(x[rows].contiguous(), w, ws, b, variant), whole[rows])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_op_weight_only_in_the_activation_dtype(dtype):
     x, w, ws, _, b = operands(4, 24, 96)
