@@ -5,7 +5,7 @@
 
 Steps (each reuses what an earlier run left in ``--work``):
 1. llama.cpp from the ``llama-cpp-python`` sdist the package index serves (``pip download --no-binary``;
-   its vendored ``vendor/llama.cpp``), built CPU-only with ``-DGGML_NATIVE=ON`` (about 20 minutes on 2 cores):
+   its vendored ``vendor/llama.cpp``), built CPU-only with ``-DGGML_NATIVE=ON`` (about 5 minutes on 2 cores):
    ``llama-bench``, ``llama-batched-bench``, ``llama-simple``.
 2. The checkpoint converted with llama.cpp's own ``convert_hf_to_gguf.py`` at f32, bf16 and q8_0 (the
    Qwen3.5 tokenizer is copied beside the weights first: the converter reads it).
@@ -15,8 +15,7 @@ Steps (each reuses what an earlier run left in ``--work``):
    rounds, medians: decode at batch 1 (128-token prompt, 64 new), prefill of one 512-token prompt, and 16
    parallel sequences (16-token prompts, 64 new, decode tok/s summed), at float32/f32, bfloat16/bf16 and
    INT8 (qwen_ops' weight-only INT8) against q8_0; the load time of each.
-Step 1's download and step 2 were run on the tiny default model (f32, bf16 and q8_0 GGUFs written); the build,
-step 3 and the timings have not been run yet (the build needs ~20 minutes of both cores).
+Run on a 0.8B-shaped checkpoint (``--make-0p8b``): bench/RESULTS.md, "On the CPU against llama.cpp".
 Printed: one markdown table (precision, workload, qwen_ops tok/s, llama.cpp tok/s, ratio), the loads, the
 agreement and the machine's load average. Nothing is asserted; ``--parse-only FILE`` re-reads saved tool
 output (what tests/test_bench_llamacpp.py exercises, no build in CI).
