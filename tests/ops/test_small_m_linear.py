@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from qwen_ops.ops.linear import SMALL_M_MAX_ROWS, small_m_linear, small_m_linear_available
 from qwen_ops.ops.linear.reference import small_m_linear_reference
+from small_m_linear_spy import small_m_linear_calls
 from tests.tolerances import SMALL_M_LINEAR, tol
 
 try:
@@ -190,17 +191,7 @@ def test_model_linear_is_traceable_by_torch_compile():
 def test_model_linear_routes_small_float32_cpu_products_only(monkeypatch):
     from qwen_ops.model.network import layers
 
-    calls = []
-    real = torch.ops.qwen_ops.small_m_linear
-
-    class Spy:
-        def __getattr__(self, name):
-            assert name == "small_m_linear"
-            return lambda *a: calls.append(a[0].shape) or real(*a)
-
-    monkeypatch.setattr(layers.torch.ops, "qwen_ops", Spy())
-    previous = layers.set_small_m_linear(True)
-    try:
+    with small_m_linear_calls(monkeypatch, lambda x: x.shape) as calls:
         x, w, b = _operands(SMALL_M_MAX_ROWS + 1, 11, 24, bias=True)
         small = layers.linear(x[:SMALL_M_MAX_ROWS], w, b)
         assert calls == [(SMALL_M_MAX_ROWS, 24)]
@@ -214,5 +205,3 @@ def test_model_linear_routes_small_float32_cpu_products_only(monkeypatch):
         assert len(calls) == 1
         layers.set_small_m_linear(False)
         assert torch.equal(layers.linear(x[:2], w, b), F.linear(x[:2], w, b)) and len(calls) == 1
-    finally:
-        layers.set_small_m_linear(previous)

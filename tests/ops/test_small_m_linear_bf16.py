@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen_ops.ops.linear import SMALL_M_MAX_ROWS, small_m_linear, small_m_linear_bf16_simd
+from small_m_linear_spy import small_m_linear_calls
 from tests.tolerances import SMALL_M_LINEAR_BF16, tol
 
 try:
@@ -139,17 +140,7 @@ def test_fake_takes_bfloat16_and_refuses_mixed_dtypes():
 def test_model_linear_routes_bfloat16_where_the_simd_variant_is(monkeypatch):
     from qwen_ops.model.network import layers
 
-    calls = []
-    real = torch.ops.qwen_ops.small_m_linear
-
-    class Spy:
-        def __getattr__(self, name):
-            assert name == "small_m_linear"
-            return lambda *a: calls.append(a[0].dtype) or real(*a)
-
-    monkeypatch.setattr(layers.torch.ops, "qwen_ops", Spy())
-    previous = layers.set_small_m_linear(True)
-    try:
+    with small_m_linear_calls(monkeypatch, lambda x: x.dtype) as calls:
         x, w, _ = _operands(SMALL_M_MAX_ROWS + 1, 11, 64, bias=False)
         small = layers.linear(x[:4], w)
         assert calls == ([torch.bfloat16] if small_m_linear_bf16_simd() else [])
@@ -157,5 +148,3 @@ def test_model_linear_routes_bfloat16_where_the_simd_variant_is(monkeypatch):
                                    **tol(SMALL_M_LINEAR_BF16, torch.bfloat16))
         assert torch.equal(layers.linear(x, w), F.linear(x, w))  # prefill-sized: F.linear
         assert len(calls) == len(set(calls)) <= 1
-    finally:
-        layers.set_small_m_linear(previous)
