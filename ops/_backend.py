@@ -103,19 +103,38 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-@functools.lru_cache(maxsize=None)
-def _triton_importable() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-@functools.lru_cache(maxsize=None)
-def _ascendc_target() -> str | None:
-    """"cpu-standin" or "cann" when qwen_ops._C has the Ascend C kernels, else None (read once)."""
+def _read_ascendc_target() -> str | None:
+    """"cpu-standin" or "cann" when qwen_ops._C has the Ascend C kernels, else None."""
     try:
         from qwen_ops import _C
     except ImportError:
         return None
     return _C.build_info()["ascendc_target"] if hasattr(_C, "ascendc_kernels") else None
+
+
+# What this installation has, read once. Backend resolution also runs inside the graph-mode forward
+# (torch.compile), where neither importlib.util.find_spec nor the extension's pybind11 functions can be traced
+# (dynamo refuses both, and ignores an lru_cache around them): on a GPU, graph mode stopped at find_spec. So a
+# trace reads plain module values. Triton's presence is read at import (find_spec locates the package without
+# importing it); the extension's Ascend C target at the first call, since importing qwen_ops must not load the
+# extension: read_installation() reads it eagerly, and the graph runner calls it before compiling.
+_TRITON_FOUND = importlib.util.find_spec("triton") is not None
+_ascendc_read: list[str | None] = []  # [target] once read
+
+
+def _triton_importable() -> bool:
+    return _TRITON_FOUND
+
+
+def _ascendc_target() -> str | None:
+    if not _ascendc_read:
+        _ascendc_read.append(_read_ascendc_target())
+    return _ascendc_read[0]
+
+
+def read_installation() -> None:
+    """Read what the backends need to know of this installation now (outside any torch.compile trace)."""
+    _ascendc_target()
 
 
 def _is_npu(device: torch.device) -> bool:

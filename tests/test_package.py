@@ -53,6 +53,23 @@ def test_available_backends():
     assert ("triton" in found) == (importlib.util.find_spec("triton") is not None)
 
 
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_backend_resolution_traces_inside_torch_compile(device):
+    # The graph-mode forward resolves each op's backend inside the compiled graph. On a GPU (where Triton is
+    # the first candidate) that reached importlib.util.find_spec, which dynamo refuses to trace: graph mode
+    # failed to compile on an H200. Resolution must read only what a trace can.
+    dev = torch.device(device)
+    _backend.read_installation()  # what the graph runner does before it compiles
+    eager = [_backend.resolved_backend(op, None, dev) for op in ("causal_conv1d_update", "fused_gdn_gating")]
+
+    def resolve_inside(x):
+        names = [_backend.resolved_backend(op, None, dev) for op in ("causal_conv1d_update", "fused_gdn_gating")]
+        return x + len(ops.available_backends()), names
+
+    out, traced = torch.compile(resolve_inside, fullgraph=True, backend="eager")(torch.zeros(1))
+    assert traced == eager and out.item() == len(ops.available_backends())
+
+
 def test_cpu_default_is_torch_and_env_overrides(monkeypatch):
     torch_impl = _backend.resolve("fused_gdn_gating", None, torch.device("cpu"))
     assert torch_impl.__module__.endswith("gdn.reference_gating")

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from ...ops._backend import read_installation
 from ..network.step_inputs import StepInputs
 from .step_padding import capture_sizes, pad_step
 
@@ -99,6 +100,7 @@ class GraphRunner:
 
     def __init__(self, model, device: torch.device, *, backend: str, max_capture_size: int, block_table_width: int,
                  max_graphs: int = 64, forward: str = "target"):
+        read_installation()  # backend resolution runs inside the graphs: what it reads must be read before
         self.model = model
         self.forward = forward
         self.device = device
