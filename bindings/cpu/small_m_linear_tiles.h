@@ -21,9 +21,10 @@
 // the last few rows of x in a smaller tile). With M > RM the later tiles find the weight rows in L1/L2,
 // so the memory traffic stays one read of w.
 //
-// Every output is summed in the same order whatever the tile (lane t of its accumulator takes
-// k = t, t + kWidth, ... in turn, the masked K tail last, then sum_each's fixed tree), so row m of the
-// result does not depend on M, the tile shape or the thread split: bitwise batch invariance.
+// Every output is summed in the same order whatever the tile (lane t of its accumulator takes its elements
+// of each kStep-wide step in turn: k = t, t + kWidth, ... for float32, the pair 2t, 2t + 1 of each 32 for
+// bfloat16; the masked K tail last, then sum_each's fixed tree), so row m of the result does not depend on
+// M, the tile shape or the thread split: bitwise batch invariance.
 #pragma once
 
 #include <cstdint>
