@@ -56,12 +56,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
 
 
 # Rows of x up to which a weight-only INT8 projection runs the INT8 kernel; past them the weight is
-# dequantized for the call and the float path runs. The kernel converts each weight tile again for every 4 rows
-# of x: measured (bench/RESULTS.md, "INT8-weight projections"; one thread, loaded machine) 0.56-0.60x of
-# float32's time at M = 1 but 1.7-2.0x at M = 16, and at M = 512 (prefill, mlp gate/up) 358 ms against 157 ms
-# for dequantize + F.linear. W8A8 keeps its kernel at every M (0.79-0.97x of float32 at 16 rows, 101 ms
-# against F.linear's 177 at 512).
-WEIGHT_ONLY_KERNEL_MAX_ROWS = 4
+# dequantized for the call and the float path runs. Measured with the kernels on 2 threads (2026-12-04, quiet;
+# medians, 0.8B shapes): the kernel against dequantize + F.linear took 3.2 against 9.3 ms at 16 rows (mlp
+# gate/up), 6.3 against 16.8 at 128, 18.9 against 20.2 at 256 and 27.1 against 26.0 at 512 (mlp down: 23.5
+# against 29.5 at 512). Engine-level, 16 parallel INT8 sequences decoded at 60.4 tok/s with the kernel
+# serving their 16 rows against 13.4 dequantized (the earlier bound, 4 rows, was measured single-threaded,
+# before the extension used OpenMP).
+WEIGHT_ONLY_KERNEL_MAX_ROWS = 256
 
 
 def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:

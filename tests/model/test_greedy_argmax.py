@@ -137,14 +137,16 @@ def test_head_argmax_refuses_bad_shapes():
         linear_greedy_argmax(torch.zeros(8), torch.zeros(100, 8))
 
 
-@pytest.mark.parametrize("rows", [1, 4, 5, 16])
+@pytest.mark.parametrize("rows", [1, 16, "max", "max+1"])
 def test_an_int8_head_gives_the_argmax_and_logits_of_its_own_projection(rows):
     # "int8_weight_only" heads the model with an Int8Weight: the greedy tokens and the logits are those of
     # layers.linear over it (the INT8 kernel up to WEIGHT_ONLY_KERNEL_MAX_ROWS rows, else dequantized a
     # slice of INT8_HEAD_SLICE_ROWS at a time), across several slices and the short last one.
     from qwen_ops.model.loading.quantization import weight_only_int8
     from qwen_ops.model.network.greedy_head import INT8_HEAD_SLICE_ROWS, head_logits, head_rows
+    from qwen_ops.model.network.layers import WEIGHT_ONLY_KERNEL_MAX_ROWS
 
+    rows = {"max": WEIGHT_ONLY_KERNEL_MAX_ROWS, "max+1": WEIGHT_ONLY_KERNEL_MAX_ROWS + 1}.get(rows, rows)
     g = torch.Generator().manual_seed(rows)
     vocab, hidden_size = 2 * INT8_HEAD_SLICE_ROWS + 3 * BLOCK + 5, 64
     head = weight_only_int8(torch.randn(vocab, hidden_size, generator=g))

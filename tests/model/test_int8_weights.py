@@ -190,7 +190,7 @@ def test_the_untouched_tiny_checkpoint_loads(static_tiny):
     assert isinstance(weights["layers.3.self_attn.q_proj.weight"], Int8Weight)
 
 
-@pytest.mark.parametrize("rows", [1, 4, 5, 64, 65])
+@pytest.mark.parametrize("rows", [1, 4, 5, 64, 65, 256, 257])
 def test_weight_only_projection_at_every_row_count(rows):
     """Up to WEIGHT_ONLY_KERNEL_MAX_ROWS rows the INT8 kernel, past them the dequantized float path: both the
     reference's product (the kernel's float32 sums or F.linear's, INT8_WEIGHT_ONLY_VS_REFERENCE)."""
