@@ -2,13 +2,14 @@
 
     python bench/e2e/bench_int8_linear.py [--rows 1,16] [--repeats 7] [--stream-mb 128] [--threads 1]
 
-For each projection shape of the 0.8B model ([N, K]) and each number of rows M, four variants run
-interleaved (A B C D A B C D ..., so a shared machine's load hits them alike) over enough copies of the
+For each projection shape of the 0.8B model ([N, K]) and each number of rows M, five variants run
+interleaved (A B C D E A B C D E ..., so a shared machine's load hits them alike) over enough copies of the
 weight (``--stream-mb`` per variant, past the last-level cache) that every call reads its weight from
 memory, as a decode step does: float32 ``small_m_linear`` (the engine's float32 decode path), INT8
 weight-only and W8A8 (per-token activation quantization included) through ``ops.int8_linear`` (the C++
-AVX-512 VNNI kernel where the CPU has it), and ``torch.sum`` over an int8 weight copy's bytes viewed as
-float32 (a plain stream of the INT8 bytes). Prints the median time per call, the weight bytes over it
+AVX-512 VNNI kernel where the CPU has it), the weight dequantized to float32 for the call and F.linear (what
+the model does with a weight-only projection past ``WEIGHT_ONLY_KERNEL_MAX_ROWS`` rows), and ``torch.sum``
+over an int8 weight copy's bytes viewed as float32 (a plain stream of the INT8 bytes). Prints the median time per call, the weight bytes over it
 (GB/s) and the ratio to float32's time, with the load average. Nothing is asserted.
 """
 from __future__ import annotations
@@ -20,7 +21,10 @@ import time
 
 import torch
 
+import torch.nn.functional as F
+
 from qwen_ops.ops import int8_linear, quantize_per_token
+from qwen_ops.ops.int8_linear.reference import dequantize_weight
 from qwen_ops.ops.linear import small_m_linear
 
 # [N, K] of the 0.8B model's projections: MLP gate/up and down, GDN in_proj_qkv, attention q (with its gate).
@@ -52,6 +56,9 @@ def main(argv=None) -> int:
                 "float32 small_m_linear": (n * k * 4, lambda i: small_m_linear(x, w32[i % len(w32)])),
                 "INT8 weight-only": (n * k, lambda i: int8_linear(x, w8[i % len(w8)], scale)),
                 "W8A8 (+ per-token quant)": (n * k, lambda i: _w8a8(x, w8[i % len(w8)], scale)),
+                # What the model does with a weight-only projection past WEIGHT_ONLY_KERNEL_MAX_ROWS rows.
+                "INT8 weight-only, dequantized + F.linear": (
+                    n * k, lambda i: F.linear(x, dequantize_weight(w8[i % len(w8)], scale))),
                 "torch.sum of the INT8 bytes": (n * k, lambda i: w8[i % len(w8)].view(torch.float32).sum()),
             }
             times = {name: [] for name in variants}

@@ -56,12 +56,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tenso
 
 
 # Rows of x up to which a weight-only INT8 projection runs the INT8 kernel; past them the weight is
-# dequantized for the call and the float path runs. Measured with the kernels on 2 threads (2026-12-04, quiet;
-# medians, 0.8B shapes): the kernel against dequantize + F.linear took 3.2 against 9.3 ms at 16 rows (mlp
-# gate/up), 6.3 against 16.8 at 128, 18.9 against 20.2 at 256 and 27.1 against 26.0 at 512 (mlp down: 23.5
-# against 29.5 at 512). Engine-level, 16 parallel INT8 sequences decoded at 60.4 tok/s with the kernel
-# serving their 16 rows against 13.4 dequantized (the earlier bound, 4 rows, was measured single-threaded,
-# before the extension used OpenMP).
+# dequantized for the call and the float path runs. Measured with the kernels on 2 threads (bench/RESULTS.md,
+# "INT8-weight projections"; bench/e2e/bench_int8_linear.py): the kernel was 1.5-12x faster up to 64 rows,
+# about equal or faster at 256, and within 11 % either way at 512 (prefill). 16 parallel INT8 sequences of the
+# 0.8B shape decoded at 68.0 tok/s with this bound against 29.5 with the earlier one of 4 rows (measured
+# single-threaded, before the extension used OpenMP).
 WEIGHT_ONLY_KERNEL_MAX_ROWS = 256
 
 
