@@ -36,7 +36,9 @@ namespace qwen_ops::cpu::tiles {
 // per weight line fill the out-of-order window, so without it too few lines are in flight (measured:
 // the tiny lm_head at M = 32 took 1.2-1.5x longer). At M = 1 the same prefetches made the read slower
 // (21 against 30 GB/s on one core), so one row of x leaves the weight to the hardware prefetcher.
-template <class S, int RN, int RM>
+//
+// G: the weight rows read at a time (the M = 1 choice is in small_m_linear below); RN unless given.
+template <class S, int RN, int RM, int G = RN>
 inline void tile(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
                  typename S::Elem* out, int64_t N, int64_t K, int64_t n, int rn, int64_t m, int64_t ahead) {
   static_assert(RN * RM <= S::kWidth, "a tile holds at most one vector of sums per lane");
@@ -52,12 +54,9 @@ inline void tile(const typename S::Elem* x, const typename S::Elem* w, const typ
   const E* xr[RM];
   for (int i = 0; i < RM; ++i) xr[i] = x + (m + i) * K;
 
-  // The weight rows are streamed G at a time: G = RN, but 8 for M = 1. Measured from memory (the 0.8B
-  // shapes, weight copies cycled over 512 MB, medians of 15; 2 threads): 8 streams read 3-20 % faster than
-  // 4 (the lm_head 36.8 against 30.5 GB/s; one thread 19.7 against 16.5) and as fast as 16. Each accumulator
-  // still takes its k in the same order, so the result is the same bitwise.
-  constexpr int G = RM == 1 && RN > 8 ? 8 : RN;
-  static_assert(RN % G == 0, "row groups split the tile");
+  // The weight rows are read G at a time, each row whole before the next group; each accumulator still
+  // takes its k in the same order, so the result is the same bitwise whatever G.
+  static_assert(G >= 1 && RN % G == 0, "row groups split the tile");
   for (int g = 0; g < RN; g += G) {
     int64_t k = 0;
     for (; k + S::kStep <= K; k += S::kStep) {
@@ -94,12 +93,12 @@ inline void tile(const typename S::Elem* x, const typename S::Elem* w, const typ
 }
 
 // Rows [m, m + RM) of x against the weight rows [n, n_end) of one column block, RN at a time.
-template <class S, int RN, int RM>
+template <class S, int RN, int RM, int G = RN>
 inline void row_tile_across(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
                             typename S::Elem* out, int64_t N, int64_t K, int64_t n, int64_t n_end, int64_t m,
                             int64_t ahead) {
   for (; n < n_end; n += RN)
-    tile<S, RN, RM>(x, w, bias, out, N, K, n, static_cast<int>(n_end - n < RN ? n_end - n : RN), m, ahead);
+    tile<S, RN, RM, G>(x, w, bias, out, N, K, n, static_cast<int>(n_end - n < RN ? n_end - n : RN), m, ahead);
 }
 
 // Columns [n_begin, n_end) in blocks of kBlockColumns: within a block every tile of rows of x runs across
@@ -110,7 +109,10 @@ inline void row_tile_across(const typename S::Elem* x, const typename S::Elem* w
 // so the memory traffic stays one read of w.
 constexpr int64_t kBlockColumns = 16;
 
-template <class S, int RN, int RM>
+// At M = 1, weight rows up to this many bytes are read one at a time (see small_m_linear below).
+constexpr int64_t kSequentialRowBytes = 4096;
+
+template <class S, int RN, int RM, int G = RN>
 inline void columns(const typename S::Elem* x, const typename S::Elem* w, const typename S::Elem* bias,
                     typename S::Elem* out, int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
   static_assert(kBlockColumns % RN == 0 && RM <= 4, "tiles fill a block; remainders of at most 3 rows of x");
@@ -123,7 +125,8 @@ inline void columns(const typename S::Elem* x, const typename S::Elem* w, const 
     if (ahead)
       for (int64_t r = 0; r < M; ++r) __builtin_prefetch(out + r * N + n + kBlockColumns, 1, 3);
     int64_t m = 0;
-    for (; m + RM <= M; m += RM) row_tile_across<S, RN, RM>(x, w, bias, out, N, K, n, block_end, m, m == 0 ? ahead : 0);
+    for (; m + RM <= M; m += RM)
+      row_tile_across<S, RN, RM, G>(x, w, bias, out, N, K, n, block_end, m, m == 0 ? ahead : 0);
     const int64_t rest = M - m;  // the last rows of x, in one smaller tile
     if constexpr (RM > 1) {
       if (rest == 1) row_tile_across<S, RN, 1>(x, w, bias, out, N, K, n, block_end, m, m == 0 ? ahead : 0);
@@ -143,7 +146,16 @@ inline void small_m_linear(const typename S::Elem* x, const typename S::Elem* w,
                            typename S::Elem* out, int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
   constexpr int W = S::kWidth;
   if (M == 1) {
-    columns<S, W, 1>(x, w, bias, out, M, N, K, n_begin, n_end);
+    // One row of x: the weight is the whole memory traffic, and how its rows are streamed sets the rate.
+    // Rows of at most 4 KB are read one after another, a single sequential stream; longer rows 8 at a time.
+    // Measured from memory (bench/e2e/small_m_linear_ab.sh HEAD-before-this 1, 2 threads, paired medians):
+    // one stream read the float32 lm_head [248320, 1024] at 35.1 against 30.7 GB/s for 8 streams (the same
+    // as a plain sum over its bytes) and the 4 KB-row shapes 0-9 % faster; at K = 3584 (14 KB rows) 8 streams
+    // were 12 % faster, where one stream's single chain of dependent sums per row is the limit.
+    if (K * static_cast<int64_t>(sizeof(typename S::Elem)) <= kSequentialRowBytes)
+      columns<S, W, 1, 1>(x, w, bias, out, M, N, K, n_begin, n_end);
+    else
+      columns<S, W, 1, 8>(x, w, bias, out, M, N, K, n_begin, n_end);
   } else if (M == 2) {
     columns<S, W / 2, 2>(x, w, bias, out, M, N, K, n_begin, n_end);
   } else {

@@ -99,8 +99,9 @@ def test_threaded_split_of_many_columns(isa, m):
 @pytest.mark.parametrize("isa", SIMD_ISAS)
 def test_rows_do_not_depend_on_the_batch_bitwise(isa):
     # Each output is summed in one fixed order whatever the tile shape (M = 1, 2, >= 3 and the row
-    # remainders), so a request's logits do not change with the batch it is decoded in.
-    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027)]:
+    # remainders, and at M = 1 weight rows read one at a time up to 4 KB, 8 at a time past it), so a
+    # request's logits do not change with the batch it is decoded in.
+    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027), (5, 21, 2100)]:
         x, w, b = _operands(m, n, k, bias=True, seed=m)
         whole = _C.small_m_linear_isa(x, w, b, isa)
         for rows in (slice(0, 1), slice(0, 2), slice(3, 6), slice(m - 1, m), slice(1, m)):

@@ -69,7 +69,7 @@ def test_threaded_split_of_many_columns(variant, m):
 
 @pytest.mark.parametrize("variant", SIMD)
 def test_rows_do_not_depend_on_the_batch_bitwise(variant):
-    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027)]:
+    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027), (5, 21, 2100)]:
         x, w, b = _operands(m, n, k, bias=True, seed=m)
         whole = _C.small_m_linear_isa(x, w, b, variant)
         for rows in (slice(0, 1), slice(0, 2), slice(3, 6), slice(m - 1, m), slice(1, m)):
