@@ -1,5 +1,6 @@
 // qwen_ops::gdn_decode_step: everything a Qwen3.5 Gated DeltaNet layer does at decode between its input
-// projections and out_proj, for one token per sequence, in one call (CPU, float32). Registered as a torch
+// projections and out_proj, for one token per sequence, in one call (CPU; float32, or bfloat16 activations and
+// weights with float32 arithmetic and a float32 recurrent state). Registered as a torch
 // operator (CPU kernel here, fake and contract in ops/gdn/decode_step_op.py); model/gdn.py calls it for the
 // decode rows of a step on the torch backend.
 //
@@ -15,6 +16,10 @@
 //      delta-rule step (gdn_head_update.h), and the gated RMSNorm w * rmsnorm(o) * silu(z) (model/layers.py).
 // The same operations in the same order as that composition; only the order of the float32 sums over a
 // head (and exp's last bit against torch's vectorised exp) differ, so the two agree to float32 rounding.
+// In bfloat16 the composition rounds to bfloat16 where each of its ops returns (the conv output, beta, the
+// delta rule's output, the norm's normalised value, its product with the weight, the result); this kernel
+// rounds at the same points (Rounding below), so the two agree but for a rounding the float32 sum order
+// tips the other way.
 // Threads: ATen's intra-op pool (at::parallel_for), as the other CPU kernels.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
@@ -33,20 +38,27 @@ constexpr const char* kOp = "gdn_decode_step";
 constexpr float kL2NormEps = 1e-6f;          // ops/gdn/reference_recurrent.py L2NORM_EPS
 constexpr float kSoftplusThreshold = 20.0f;  // ops/gdn/reference_gating.py SOFTPLUS_THRESHOLD
 
-// [B, width] float32 rows, each row contiguous (a column slice of a stacked projection's output is fine).
-void check_rows(const char* name, const at::Tensor& t, int64_t batch, int64_t width) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, kOp, ": argument '", name,
-              "' must be a float32 CPU tensor, got ", t.scalar_type(), " on ", t.device());
+const char* dtype_name(at::ScalarType t) {
+  return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : c10::toString(t);
+}
+
+// [B, width] rows of the activation dtype, each row contiguous (a column slice of a stacked projection's
+// output is fine).
+void check_rows(const char* name, const at::Tensor& t, at::ScalarType dtype, int64_t batch, int64_t width) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == dtype, kOp, ": argument '", name, "' must be a ",
+              dtype_name(dtype), " CPU tensor (mixed_qkv's dtype), got ", dtype_name(t.scalar_type()), " on ",
+              t.device());
   TORCH_CHECK(t.dim() == 2 && t.size(0) == batch && t.size(1) == width, kOp, ": argument '", name,
               "' must be [B, ", width, "] with B = ", batch, ", got shape ", t.sizes());
   TORCH_CHECK(t.stride(1) == 1 || width <= 1, kOp, ": argument '", name,
               "' must have contiguous rows (stride 1 along dim 1), got strides ", t.strides());
 }
 
-void check_dense(const char* name, const at::Tensor& t, at::IntArrayRef shape, const char* layout) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(), kOp, ": argument '", name,
-              "' must be a contiguous float32 CPU tensor ", layout, ", got ", t.scalar_type(), " on ", t.device(),
-              t.is_contiguous() ? "" : " (not contiguous)");
+void check_dense(const char* name, const at::Tensor& t, at::ScalarType dtype, at::IntArrayRef shape,
+                 const char* layout) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == dtype && t.is_contiguous(), kOp, ": argument '", name,
+              "' must be a contiguous ", dtype_name(dtype), " CPU tensor ", layout, ", got ",
+              dtype_name(t.scalar_type()), " on ", t.device(), t.is_contiguous() ? "" : " (not contiguous)");
   TORCH_CHECK(t.sizes() == shape, kOp, ": argument '", name, "' must have shape ", layout, " = ", shape,
               ", got ", t.sizes());
 }
@@ -71,58 +83,36 @@ std::vector<int64_t> checked_slots(const at::Tensor& indices, int64_t batch, int
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-at::Tensor gdn_decode_step(const at::Tensor& mixed_qkv, const at::Tensor& z, const at::Tensor& b, const at::Tensor& a,
-                           at::Tensor& conv_states, const at::Tensor& conv_taps, at::Tensor& ssm_states,
-                           const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& norm_weight,
-                           const at::Tensor& state_indices, double eps) {
-  // Every check runs before any memory is written.
-  TORCH_CHECK(ssm_states.dim() == 4, kOp, ": argument 'ssm_states' must be 4-D [S, Hv, Dk, Dv], got shape ",
-              ssm_states.sizes());
-  const int64_t rows = ssm_states.size(0), hv = ssm_states.size(1), dk = ssm_states.size(2), dv = ssm_states.size(3);
-  TORCH_CHECK(hv >= 1 && dk >= 1 && dv >= 1, kOp, ": argument 'ssm_states' must have Hv, Dk, Dv >= 1, got shape ",
-              ssm_states.sizes());
-  check_dense("ssm_states", ssm_states, {rows, hv, dk, dv}, "[S, Hv, Dk, Dv]");
-  TORCH_CHECK(mixed_qkv.dim() == 2, kOp, ": argument 'mixed_qkv' must be 2-D [B, 2 Hk Dk + Hv Dv], got shape ",
-              mixed_qkv.sizes());
-  const int64_t batch = mixed_qkv.size(0), channels = mixed_qkv.size(1), value_dim = hv * dv;
-  const int64_t key_dim = (channels - value_dim) / 2;
-  TORCH_CHECK(channels > value_dim && (channels - value_dim) % 2 == 0 && key_dim % dk == 0, kOp,
-              ": argument 'mixed_qkv' must be [B, 2 Hk Dk + Hv Dv] with Dk = ", dk, ", Hv Dv = ", value_dim,
-              " (from 'ssm_states'), got shape ", mixed_qkv.sizes());
-  const int64_t hk = key_dim / dk;
-  TORCH_CHECK(hv % hk == 0, kOp, ": the number of value heads Hv = ", hv, " must be a multiple of the key heads Hk = ",
-              hk, " (from 'mixed_qkv')");
-  check_rows("mixed_qkv", mixed_qkv, batch, channels);
-  check_rows("z", z, batch, value_dim);
-  check_rows("b", b, batch, hv);
-  check_rows("a", a, batch, hv);
-  TORCH_CHECK(conv_taps.dim() == 2 && conv_taps.size(0) >= 2, kOp,
-              ": argument 'conv_taps' must be [K, C] with K >= 2 (the conv weight transposed), got shape ",
-              conv_taps.sizes());
-  const int64_t width = conv_taps.size(0), context = width - 1;
-  check_dense("conv_taps", conv_taps, {width, channels}, "[K, C]");
-  TORCH_CHECK(conv_states.dim() == 3, kOp, ": argument 'conv_states' must be 3-D [S, K-1, C], got shape ",
-              conv_states.sizes());
-  check_dense("conv_states", conv_states, {conv_states.size(0), context, channels}, "[S, K-1, C]");
-  check_dense("A_log", A_log, {hv}, "[Hv]");
-  check_dense("dt_bias", dt_bias, {hv}, "[Hv]");
-  check_dense("norm_weight", norm_weight, {dv}, "[Dv]");
-  TORCH_CHECK(std::isfinite(eps) && eps > 0, kOp, ": argument 'eps' must be finite and > 0, got ", eps);
-  const std::vector<int64_t> slots = checked_slots(state_indices, batch, std::min(rows, conv_states.size(0)));
+// Where the composition's ops return in the activation dtype E, its value is rounded to E: nothing for float32,
+// round to nearest even for bfloat16 (c10::BFloat16's conversion, as torch's .to(torch.bfloat16)).
+template <class E>
+inline float rounded(float v) {
+  return static_cast<float>(static_cast<E>(v));
+}
 
-  at::Tensor out = at::empty({batch, value_dim}, mixed_qkv.options());
-  const float* x = mixed_qkv.data_ptr<float>();
-  const float* zp = z.data_ptr<float>();
-  const float* bp = b.data_ptr<float>();
-  const float* ap = a.data_ptr<float>();
+// The kernel on element type E (float, or c10::BFloat16) of the activations, conv pool, taps and norm weight;
+// A_log, dt_bias and the recurrent state are float32. The arguments are checked.
+template <class E>
+void run(const at::Tensor& mixed_qkv, const at::Tensor& z, const at::Tensor& b, const at::Tensor& a,
+         at::Tensor& conv_states, const at::Tensor& conv_taps, at::Tensor& ssm_states, const at::Tensor& A_log,
+         const at::Tensor& dt_bias, const at::Tensor& norm_weight, const std::vector<int64_t>& slots, double eps,
+         at::Tensor& out) {
+  const int64_t batch = mixed_qkv.size(0), channels = mixed_qkv.size(1);
+  const int64_t hv = ssm_states.size(1), dk = ssm_states.size(2), dv = ssm_states.size(3), value_dim = hv * dv;
+  const int64_t key_dim = (channels - value_dim) / 2, hk = key_dim / dk;
+  const int64_t context = conv_taps.size(0) - 1;
+  const E* x = mixed_qkv.data_ptr<E>();
+  const E* zp = z.data_ptr<E>();
+  const E* bp = b.data_ptr<E>();
+  const E* ap = a.data_ptr<E>();
   const int64_t x_stride = mixed_qkv.stride(0), z_stride = z.stride(0), b_stride = b.stride(0), a_stride = a.stride(0);
-  const float* taps = conv_taps.data_ptr<float>();
-  float* conv_pool = conv_states.data_ptr<float>();
+  const E* taps = conv_taps.data_ptr<E>();
+  E* conv_pool = conv_states.data_ptr<E>();
   const float* a_log = A_log.data_ptr<float>();
   const float* bias = dt_bias.data_ptr<float>();
-  const float* weight = norm_weight.data_ptr<float>();
+  const E* weight = norm_weight.data_ptr<E>();
   float* states = ssm_states.data_ptr<float>();
-  float* op_out = out.data_ptr<float>();
+  E* op_out = out.data_ptr<E>();
   const int64_t group = hv / hk;
   const float scale = static_cast<float>(std::pow(static_cast<double>(dk), -0.5));  // as Python's Dk ** -0.5
   const float norm_eps = static_cast<float>(eps);
@@ -130,33 +120,34 @@ at::Tensor gdn_decode_step(const at::Tensor& mixed_qkv, const at::Tensor& z, con
   // One task per (sequence, key head): the conv channels of its q and k and of its group's v heads, then each of
   // those value heads. No two tasks share a channel or a state, and one parallel region serves the whole call.
   at::parallel_for(0, batch * hk, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> buffer(2 * dk + group * dv + 3 * dv);
+    std::vector<float> buffer(2 * dk + group * dv + 4 * dv);
     float* qk = buffer.data();           // [q | k] of the key head after the conv, then normalised
     float* vs = qk + 2 * dk;             // the group's v heads after the conv
-    float* scratch = vs + group * dv;    // gdn_head_decode's
+    float* o = vs + group * dv;          // one value head's output, in float32
+    float* scratch = o + dv;             // gdn_head_decode's
     for (int64_t task = begin; task < end; ++task) {
       const int64_t row = task / hk, kh = task % hk;
-      float* o_group = op_out + row * value_dim + kh * group * dv;
+      E* o_group = op_out + row * value_dim + kh * group * dv;
       if (slots[row] < 0) {  // padding: zero output, nothing read or written
-        std::fill(o_group, o_group + group * dv, 0.0f);
+        std::fill(o_group, o_group + group * dv, E(0.0f));
         continue;
       }
-      const float* xb = x + row * x_stride;
-      float* saved = conv_pool + slots[row] * context * channels;
+      const E* xb = x + row * x_stride;
+      E* saved = conv_pool + slots[row] * context * channels;
       // The conv over the saved inputs and x, and the state shift, on one span of channels (ops/conv's order).
       auto convolve = [&](int64_t c0, int64_t n, float* y) {
-        const float* newest = taps + context * channels + c0;
-        for (int64_t c = 0; c < n; ++c) y[c] = xb[c0 + c] * newest[c];
+        const E* newest = taps + context * channels + c0;
+        for (int64_t c = 0; c < n; ++c) y[c] = static_cast<float>(xb[c0 + c]) * static_cast<float>(newest[c]);
         for (int64_t k = 0; k < context; ++k) {
-          const float* s = saved + k * channels + c0;
-          const float* tap = taps + k * channels + c0;
-          for (int64_t c = 0; c < n; ++c) y[c] += s[c] * tap[c];
+          const E* s = saved + k * channels + c0;
+          const E* tap = taps + k * channels + c0;
+          for (int64_t c = 0; c < n; ++c) y[c] += static_cast<float>(s[c]) * static_cast<float>(tap[c]);
         }
         for (int64_t k = 0; k + 1 < context; ++k) {  // oldest first, so nothing is read after it is overwritten
           std::copy(saved + (k + 1) * channels + c0, saved + (k + 1) * channels + c0 + n, saved + k * channels + c0);
         }
         std::copy(xb + c0, xb + c0 + n, saved + (context - 1) * channels + c0);
-        for (int64_t c = 0; c < n; ++c) y[c] = silu(y[c]);
+        for (int64_t c = 0; c < n; ++c) y[c] = rounded<E>(silu(y[c]));
       };
       convolve(kh * dk, dk, qk);
       convolve(key_dim + kh * dk, dk, qk + dk);
@@ -174,22 +165,78 @@ at::Tensor gdn_decode_step(const at::Tensor& mixed_qkv, const at::Tensor& z, con
       }
       for (int64_t j = 0; j < group; ++j) {
         const int64_t h = kh * group + j;
-        float* o = o_group + j * dv;
-        const float gate_in = ap[row * a_stride + h] + bias[h];
+        const float gate_in = static_cast<float>(ap[row * a_stride + h]) + bias[h];
         const float softplus = gate_in > kSoftplusThreshold ? gate_in : std::log1p(std::exp(gate_in));
         const float g = -std::exp(a_log[h]) * softplus;
-        const float beta = 1.0f / (1.0f + std::exp(-bp[row * b_stride + h]));
+        const float beta = rounded<E>(1.0f / (1.0f + std::exp(-static_cast<float>(bp[row * b_stride + h]))));
         gdn_head_decode(states + (slots[row] * hv + h) * dk * dv, qk + dk, qk, vs + j * dv, g, beta, dk, dv, scratch,
                         o);
         // The output norm: w * (o * rsqrt(mean(o^2) + eps)) * silu(z).
+        for (int64_t i = 0; i < dv; ++i) o[i] = rounded<E>(o[i]);
         float o_sq = 0.0f;
         for (int64_t i = 0; i < dv; ++i) o_sq += o[i] * o[i];
         const float o_inv = 1.0f / std::sqrt(o_sq / static_cast<float>(dv) + norm_eps);
-        const float* zh = zp + row * z_stride + h * dv;
-        for (int64_t i = 0; i < dv; ++i) o[i] = (weight[i] * (o[i] * o_inv)) * silu(zh[i]);
+        const E* zh = zp + row * z_stride + h * dv;
+        E* oh = o_group + j * dv;
+        for (int64_t i = 0; i < dv; ++i) {
+          const float normed = rounded<E>(o[i] * o_inv);
+          const float weighted = rounded<E>(static_cast<float>(weight[i]) * normed);
+          oh[i] = static_cast<E>(weighted * silu(static_cast<float>(zh[i])));
+        }
       }
     }
   });
+}
+
+at::Tensor gdn_decode_step(const at::Tensor& mixed_qkv, const at::Tensor& z, const at::Tensor& b, const at::Tensor& a,
+                           at::Tensor& conv_states, const at::Tensor& conv_taps, at::Tensor& ssm_states,
+                           const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& norm_weight,
+                           const at::Tensor& state_indices, double eps) {
+  // Every check runs before any memory is written.
+  TORCH_CHECK(ssm_states.dim() == 4, kOp, ": argument 'ssm_states' must be 4-D [S, Hv, Dk, Dv], got shape ",
+              ssm_states.sizes());
+  const int64_t rows = ssm_states.size(0), hv = ssm_states.size(1), dk = ssm_states.size(2), dv = ssm_states.size(3);
+  TORCH_CHECK(hv >= 1 && dk >= 1 && dv >= 1, kOp, ": argument 'ssm_states' must have Hv, Dk, Dv >= 1, got shape ",
+              ssm_states.sizes());
+  check_dense("ssm_states", ssm_states, at::kFloat, {rows, hv, dk, dv}, "[S, Hv, Dk, Dv]");
+  TORCH_CHECK(mixed_qkv.dim() == 2, kOp, ": argument 'mixed_qkv' must be 2-D [B, 2 Hk Dk + Hv Dv], got shape ",
+              mixed_qkv.sizes());
+  const int64_t batch = mixed_qkv.size(0), channels = mixed_qkv.size(1), value_dim = hv * dv;
+  const int64_t key_dim = (channels - value_dim) / 2;
+  TORCH_CHECK(channels > value_dim && (channels - value_dim) % 2 == 0 && key_dim % dk == 0, kOp,
+              ": argument 'mixed_qkv' must be [B, 2 Hk Dk + Hv Dv] with Dk = ", dk, ", Hv Dv = ", value_dim,
+              " (from 'ssm_states'), got shape ", mixed_qkv.sizes());
+  const int64_t hk = key_dim / dk;
+  TORCH_CHECK(hv % hk == 0, kOp, ": the number of value heads Hv = ", hv, " must be a multiple of the key heads Hk = ",
+              hk, " (from 'mixed_qkv')");
+  const at::ScalarType dtype = mixed_qkv.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, kOp,
+              ": argument 'mixed_qkv' must be float32 or bfloat16, got ", dtype_name(dtype));
+  check_rows("mixed_qkv", mixed_qkv, dtype, batch, channels);
+  check_rows("z", z, dtype, batch, value_dim);
+  check_rows("b", b, dtype, batch, hv);
+  check_rows("a", a, dtype, batch, hv);
+  TORCH_CHECK(conv_taps.dim() == 2 && conv_taps.size(0) >= 2, kOp,
+              ": argument 'conv_taps' must be [K, C] with K >= 2 (the conv weight transposed), got shape ",
+              conv_taps.sizes());
+  const int64_t width = conv_taps.size(0), context = width - 1;
+  check_dense("conv_taps", conv_taps, dtype, {width, channels}, "[K, C]");
+  TORCH_CHECK(conv_states.dim() == 3, kOp, ": argument 'conv_states' must be 3-D [S, K-1, C], got shape ",
+              conv_states.sizes());
+  check_dense("conv_states", conv_states, dtype, {conv_states.size(0), context, channels}, "[S, K-1, C]");
+  check_dense("A_log", A_log, at::kFloat, {hv}, "[Hv]");
+  check_dense("dt_bias", dt_bias, at::kFloat, {hv}, "[Hv]");
+  check_dense("norm_weight", norm_weight, dtype, {dv}, "[Dv]");
+  TORCH_CHECK(std::isfinite(eps) && eps > 0, kOp, ": argument 'eps' must be finite and > 0, got ", eps);
+  const std::vector<int64_t> slots = checked_slots(state_indices, batch, std::min(rows, conv_states.size(0)));
+
+  at::Tensor out = at::empty({batch, value_dim}, mixed_qkv.options());
+  if (dtype == at::kBFloat16) {
+    run<c10::BFloat16>(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight, slots,
+                       eps, out);
+  } else {
+    run<float>(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight, slots, eps, out);
+  }
   return out;
 }
 

@@ -6,12 +6,12 @@ take the chunked path: ``causal_conv1d_fn`` and ``chunk_gated_delta_rule``
 with ``cu_seqlens``, starting from the saved state where ``has_initial_state``
 (later chunks of a chunked prefill). Both update the pools in place.
 
-In float32, where one backend serves the three decode ops and also serves
-``gdn_decode_step`` in one launch, the decode rows instead run as one
-``gdn_decode_step`` call per layer (``ops/gdn/decode_step/``: conv update, gates,
-delta rule and output norm, the same arithmetic): the torch backend's C++ CPU
-kernel (one token per sequence), or the triton / ascendc kernels (speculative
-verify rows too); the prefill rows of a mixed step still take the chunked path.
+Where one backend serves the three decode ops and also serves ``gdn_decode_step``
+in one launch, the decode rows instead run as one ``gdn_decode_step`` call per
+layer (``ops/gdn/decode_step/``: conv update, gates, delta rule and output norm,
+the same arithmetic): in float32 the torch backend's C++ CPU kernel (one token
+per sequence) or the triton / ascendc kernels (speculative verify rows too), in
+bfloat16 the C++ kernel; the prefill rows of a mixed step still take the chunked path.
 
 With the states in the pool's pages (the engine's layout, ``worker/gdn_pages.py``) a
 layer reads its group's rows, ``batch.gdn_state_indices[group]``; batches
@@ -25,7 +25,8 @@ import torch
 
 from ... import ops
 from ...ops._backend import IMPLEMENTATIONS, resolved_backend
-from ...ops.gdn.decode_step.op import OP as FUSED_DECODE_OP, gdn_decode_step, gdn_decode_step_available, takes_cpu_kernel
+from ...ops.gdn.decode_step.op import (ACTIVATION_DTYPES, OP as FUSED_DECODE_OP, gdn_decode_step,
+                                       gdn_decode_step_available, takes_cpu_kernel)
 from ...ops.gdn.reference_gating import gated_rms_norm
 from ..loading.config import Qwen35Config
 from .backends import backend_chooser
@@ -114,16 +115,19 @@ class GatedDeltaNet:
     def _decodes_fused(self, mixed: torch.Tensor, conv_states: torch.Tensor, ssm_states: torch.Tensor,
                        spec: bool) -> str | None:
         """The backend that runs the decode rows as one ``gdn_decode_step``, or None (op by op): the switch is
-        on, the tensors are the float32 ones it takes, one backend would serve every op it stands for, and that
+        on, the tensors are the float32 ones it takes (or bfloat16 ones, for the torch backend), one backend would serve every op it stands for, and that
         backend serves it in one launch (the torch backend only through its C++ kernel: one token per sequence,
         CPU tensors, ``qwen_ops._C`` built)."""
-        if not (_fused_decode_on and mixed.dtype == torch.float32 and conv_states.dtype == torch.float32
+        if not (_fused_decode_on and mixed.dtype in ACTIVATION_DTYPES and conv_states.dtype == mixed.dtype
+                and self.conv_taps.dtype == mixed.dtype and ssm_states.dtype == torch.float32
                 and conv_states.is_contiguous() and ssm_states.is_contiguous()):
             return None
         served_by = {resolved_backend(op, self.backend(op), mixed.device) for op in FUSED_DECODE_OPS}
         if len(served_by) != 1:
             return None
         (name,) = served_by
+        if mixed.dtype != torch.float32 and name != "torch":  # bfloat16: the torch backend's C++ kernel only
+            return None
         if name == "torch" and not takes_cpu_kernel(mixed.device, name, spec):
             return None
         return name if name in IMPLEMENTATIONS[FUSED_DECODE_OP] else None

@@ -1,7 +1,7 @@
 """The model's GDN decode rows through one ``gdn_decode_step`` call per layer (``model/network/gdn.py``).
 
-The fused path must be what a CPU float32 step on the torch backend really takes (decode-only and mixed
-steps), give the op-by-op composition's tokens and logprobs, and stay off where a backend that serves the
+The fused path must be what a CPU float32 or bfloat16 step on the torch backend really takes (decode-only and
+mixed steps), give the op-by-op composition's tokens and logprobs, and stay off where a backend that serves the
 three decode ops does not serve the fused op. On the triton backend (its interpreter here) and the ascendc
 backend (the CPU stand-in) the one-launch kernels serve it, speculative verify rows included: greedy tokens
 equal the torch backend's.
@@ -61,6 +61,22 @@ def test_fused_decode_matches_the_ops_one_by_one(text_checkpoint, gen, monkeypat
             # float32 rounding of the order of sums over a head; logprobs of order 1-10
             torch.testing.assert_close(torch.tensor([a[t] for t in common]), torch.tensor([b[t] for t in common]),
                                        atol=1e-4, rtol=0)
+
+
+def test_bfloat16_decode_takes_the_fused_kernel_and_the_ops_tokens(text_checkpoint, gen, monkeypatch):
+    """bfloat16 on the torch backend: the C++ kernel rounds where the ops return, so the greedy tokens are the
+    op-by-op path's and the logprobs agree to a bfloat16 rounding tipped the other way."""
+    prompts = _prompts(gen, [9, 21, 4])
+    fused, calls = _run(text_checkpoint, prompts, True, monkeypatch, dtype="bfloat16")
+    composed, none = _run(text_checkpoint, prompts, False, monkeypatch, dtype="bfloat16")
+    assert calls and not none and {backend for _, backend, _ in calls} == {"torch"}
+    assert [o.token_ids for o in fused] == [o.token_ids for o in composed]
+    for ours, theirs in zip(fused, composed):
+        for a, b in zip(ours.logprobs, theirs.logprobs):
+            common = sorted(set(a) & set(b))
+            # measured equal on this draw; a bfloat16 rounding tipped the other way moves a logit by 2**-7 relative
+            torch.testing.assert_close(torch.tensor([a[t] for t in common]), torch.tensor([b[t] for t in common]),
+                                       atol=5e-2, rtol=0)
 
 
 FUSED_BACKENDS = [b for b in ("triton", "ascendc") if b in IMPLEMENTATIONS["gdn_decode_step"]

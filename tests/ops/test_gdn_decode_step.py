@@ -94,9 +94,49 @@ def test_a_large_gate_input_takes_softplus_threshold(gen):
     _compare(args)
 
 
+BF16 = torch.bfloat16
+ACTIVATIONS = ("mixed_qkv", "z", "b", "a", "conv_states", "conv_taps", "norm_weight")
+
+
+def _in_bfloat16(args):
+    """The model's bfloat16 call: activations, conv pool, taps and norm weight in bfloat16; the recurrent state,
+    A_log and dt_bias float32."""
+    return {k: v.to(BF16) if k in ACTIVATIONS else v for k, v in args.items()}
+
+
+@pytest.mark.parametrize("batch,hk,hv,dk,dv", [(3, 2, 4, 16, 8), (2, 16, 16, 128, 128)], ids=["small", "0.8b"])
+def test_bfloat16_rounds_where_the_composition_rounds(gen, batch, hk, hv, dk, dv):
+    args = _in_bfloat16(_case(gen, batch=batch, hk=hk, hv=hv, dk=dk, dv=dv, slots=5))
+    ours, ref = _clone(args), _clone(args)
+    out = decode_step_op.gdn_decode_step(**ours)
+    expected = reference_decode_step.gdn_decode_step(**ref)
+    assert out.dtype == BF16
+    torch.testing.assert_close(ours["conv_states"], ref["conv_states"], atol=0, rtol=0)  # copies: exact
+    # One bfloat16 rounding the float32 sum order tips, and what follows from it. A kernel that rounded only
+    # its result (float32 inside) would be more accurate than the model's op-by-op path, and unlike it: most
+    # outputs would sit one bfloat16 ulp away. Rounding where the ops return, nearly all are equal bitwise.
+    torch.testing.assert_close(out, expected, atol=2.0 ** -7, rtol=2.0 ** -6)
+    torch.testing.assert_close(ours["ssm_states"], ref["ssm_states"], atol=2.0 ** -7, rtol=2.0 ** -6)
+    equal = (out == expected).float().mean().item()
+    assert equal > 0.95, f"only {equal:.1%} of the bfloat16 outputs equal the composition's"
+
+
+def test_bfloat16_takes_one_dtype_for_the_activations(gen):
+    for name in ACTIVATIONS[1:]:
+        args = _in_bfloat16(_case(gen))
+        args[name] = args[name].float()
+        with pytest.raises(RuntimeError, match=f"gdn_decode_step: argument '{name}' must be a (contiguous )?bfloat16"):
+            decode_step_op.gdn_decode_step(**args)
+    args = _in_bfloat16(_case(gen))
+    args["ssm_states"] = args["ssm_states"].to(BF16)
+    with pytest.raises(RuntimeError, match="argument 'ssm_states' must be a contiguous float32"):
+        decode_step_op.gdn_decode_step(**args)
+
+
 BAD_INPUTS = [
     ("mixed_qkv", lambda a: a["mixed_qkv"][:, :-1], "argument 'mixed_qkv'"),
-    ("mixed_qkv", lambda a: a["mixed_qkv"].double(), "argument 'mixed_qkv' must be a float32"),
+    ("mixed_qkv", lambda a: a["mixed_qkv"].double(), "argument 'mixed_qkv' must be float32 or bfloat16"),
+    ("z", lambda a: a["z"].bfloat16(), "argument 'z' must be a float32 CPU tensor \\(mixed_qkv's dtype\\)"),
     ("z", lambda a: a["z"][:, :-1], "argument 'z' must be \\[B, 32\\]"),
     ("b", lambda a: a["b"][:1], "argument 'b' must be \\[B, 4\\] with B = 3"),
     ("a", lambda a: a["a"].t().contiguous().t(), "argument 'a' must have contiguous rows"),

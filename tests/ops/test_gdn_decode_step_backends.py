@@ -144,7 +144,11 @@ def test_traceable_by_torch_compile(gen, backend):
 
 BAD_INPUTS = [
     ("mixed_qkv", lambda a: a["mixed_qkv"][:, :-1], "argument 'mixed_qkv' must be \\[T, 2 Hk Dk"),
-    ("mixed_qkv", lambda a: a["mixed_qkv"].double(), "argument 'mixed_qkv' must have dtype in \\(float32\\)"),
+    ("mixed_qkv", lambda a: a["mixed_qkv"].double(), "argument 'mixed_qkv' must have dtype in \\(float32, bfloat16\\)"),
+    ("mixed_qkv", lambda a: {k: v.bfloat16() if k in ("mixed_qkv", "z", "b", "a", "conv_states", "conv_taps",
+                                                      "norm_weight") else v for k, v in a.items()},
+     "argument 'mixed_qkv' is torch.bfloat16, which only the torch backend serves"),
+    ("z", lambda a: a["z"].bfloat16(), "argument 'z' must have dtype in \\(float32\\)"),
     ("z", lambda a: a["z"][:, :-1], "argument 'z'"),
     ("b", lambda a: a["b"][:1], "argument 'b'"),
     ("a", lambda a: a["a"].t().contiguous().t(), "argument 'a' must have contiguous rows"),
@@ -166,7 +170,11 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("name,bad,message", BAD_INPUTS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(BAD_INPUTS)])
 def test_bad_input_raises_before_any_pool_is_written(gen, backend, name, bad, message):
     args = make_case(gen, tokens=3)
-    args[name] = bad(args)
+    spoiled = bad(args)
+    if isinstance(spoiled, dict):  # every argument changed at once
+        args = spoiled
+    else:
+        args[name] = spoiled
     before = clone(args)
     with pytest.raises((ValueError, TypeError), match="gdn_decode_step: " + message):  # TypeError: a dtype
         decode_step_op.gdn_decode_step(**args, backend=backend)

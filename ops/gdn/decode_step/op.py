@@ -35,6 +35,9 @@ OP = "gdn_decode_step"
 # The custom op of every path but the torch backend's C++ kernel (module doc).
 BACKENDS_OP = "gdn_decode_step_backends"
 F32 = (torch.float32,)
+# The activation dtypes (mixed_qkv, z, b, a, the conv pool, conv taps and norm weight share one); the recurrent
+# state, A_log and dt_bias are float32 in both. bfloat16 is served by the torch backend (module doc).
+ACTIVATION_DTYPES = (torch.float32, torch.bfloat16)
 
 _cpu_kernel_found: bool | None = None  # looked up on first use: importing the ops never loads qwen_ops._C
 
@@ -53,9 +56,9 @@ def gdn_decode_step_available() -> bool:
     return _cpu_kernel_found
 
 
-def _rows(name, t, width, tokens, layout):
-    """[T, width] float32 with contiguous rows (a column view of one stacked projection output is fine)."""
-    check.tensor(OP, name, t, dtypes=F32, shape=(tokens, width), layout=f"{layout} = [{tokens}, {width}]")
+def _rows(name, t, width, tokens, layout, dtypes):
+    """[T, width] of ``dtypes`` with contiguous rows (a column view of one stacked projection output is fine)."""
+    check.tensor(OP, name, t, dtypes=dtypes, shape=(tokens, width), layout=f"{layout} = [{tokens}, {width}]")
     if width > 1 and t.stride(1) != 1:
         raise ValueError(f"{OP}: argument '{name}' must have contiguous rows (stride 1 along dim 1), "
                          f"got strides {t.stride()}")
@@ -69,7 +72,8 @@ def _check(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bia
     """
     check.tensor(OP, "ssm_states", ssm_states, dtypes=F32, ndim=4, layout="[S, Hv, Dk, Dv]")
     _, hv, dk, dv = ssm_states.shape
-    check.tensor(OP, "mixed_qkv", mixed_qkv, dtypes=F32, ndim=2, layout="[T, 2 Hk Dk + Hv Dv]")
+    check.tensor(OP, "mixed_qkv", mixed_qkv, dtypes=ACTIVATION_DTYPES, ndim=2, layout="[T, 2 Hk Dk + Hv Dv]")
+    same = (mixed_qkv.dtype,)  # every other activation and weight tensor: mixed_qkv's dtype
     tokens, channels = mixed_qkv.shape
     key_twice = channels - hv * dv
     if dk == 0 or dv == 0 or key_twice <= 0 or key_twice % (2 * dk):
@@ -78,23 +82,23 @@ def _check(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bia
     hk = key_twice // (2 * dk)
     if hv % hk:
         raise ValueError(f"{OP}: the number of value heads Hv = {hv} must be a multiple of the key heads Hk = {hk}")
-    _rows("mixed_qkv", mixed_qkv, channels, tokens, "[T, C]")
-    _rows("z", z, hv * dv, tokens, "[T, Hv Dv]")
-    _rows("b", b, hv, tokens, "[T, Hv]")
-    _rows("a", a, hv, tokens, "[T, Hv]")
-    check.tensor(OP, "conv_taps", conv_taps, dtypes=F32, ndim=2, layout="[K, C]")
+    _rows("mixed_qkv", mixed_qkv, channels, tokens, "[T, C]", same)
+    _rows("z", z, hv * dv, tokens, "[T, Hv Dv]", same)
+    _rows("b", b, hv, tokens, "[T, Hv]", same)
+    _rows("a", a, hv, tokens, "[T, Hv]", same)
+    check.tensor(OP, "conv_taps", conv_taps, dtypes=same, ndim=2, layout="[K, C]")
     width = conv_taps.shape[0]
     check.tensor(OP, "conv_taps", conv_taps, shape=(width, channels), layout=f"[K, C] with C = {channels}")
     if width < 2:
         raise ValueError(f"{OP}: argument 'conv_taps' must have K >= 2 rows, got shape {tuple(conv_taps.shape)}")
-    check.tensor(OP, "conv_states", conv_states, dtypes=F32, shape=(None, width - 1, channels),
+    check.tensor(OP, "conv_states", conv_states, dtypes=same, shape=(None, width - 1, channels),
                  layout=f"[S, K-1, C] = [S, {width - 1}, {channels}]")
     for name, t in (("conv_taps", conv_taps), ("conv_states", conv_states), ("ssm_states", ssm_states)):
         if not t.is_contiguous():
             raise ValueError(f"{OP}: argument '{name}' must be contiguous")
     check.tensor(OP, "A_log", A_log, dtypes=F32, shape=(hv,), layout=f"[Hv] = [{hv}]")
     check.tensor(OP, "dt_bias", dt_bias, dtypes=F32, shape=(hv,), layout=f"[Hv] = [{hv}]")
-    check.tensor(OP, "norm_weight", norm_weight, dtypes=F32, shape=(dv,), layout=f"[Dv] = [{dv}]")
+    check.tensor(OP, "norm_weight", norm_weight, dtypes=same, shape=(dv,), layout=f"[Dv] = [{dv}]")
     check.same_device(OP, mixed_qkv=mixed_qkv, z=z, b=b, a=a, conv_states=conv_states, conv_taps=conv_taps,
                       ssm_states=ssm_states, A_log=A_log, dt_bias=dt_bias, norm_weight=norm_weight,
                       state_indices=state_indices)
@@ -127,6 +131,10 @@ def _backends_op(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: t
                  backend: Optional[str]) -> torch.Tensor:
     _check(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_log, dt_bias, norm_weight, state_indices, eps,
            query_start_loc, num_accepted_tokens, values=check.values_checked(mixed_qkv.device))
+    served = resolved_backend(OP, backend, mixed_qkv.device)
+    if mixed_qkv.dtype != torch.float32 and served != "torch":
+        raise TypeError(f"{OP}: argument 'mixed_qkv' is {mixed_qkv.dtype}, which only the torch backend serves; "
+                        f"backend {served!r} takes float32")
     return dispatch(OP, backend, mixed_qkv.device, mixed_qkv=mixed_qkv, z=z, b=b, a=a, conv_states=conv_states,
                     conv_taps=conv_taps, ssm_states=ssm_states, A_log=A_log, dt_bias=dt_bias,
                     norm_weight=norm_weight.contiguous(), state_indices=state_indices.contiguous(), eps=float(eps),
@@ -159,8 +167,10 @@ def gdn_decode_step(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a
                     num_accepted_tokens: torch.Tensor | None = None, backend: str | None = None) -> torch.Tensor:
     """The decode tokens of a step through a GDN layer, from its input projections to out_proj's input.
 
-    Args (float32 unless said; the [T, ...] inputs with contiguous rows, any row stride, so column views of
-    one stacked projection output work):
+    Args (the [T, ...] inputs with contiguous rows, any row stride, so column views of one stacked projection
+    output work). Dtypes: mixed_qkv, z, b, a, conv_states, conv_taps and norm_weight all float32, or all
+    bfloat16 (torch backend only: the C++ kernel on the CPU, else the reference); ssm_states, A_log and
+    dt_bias float32 in both.
         mixed_qkv: [T, C = 2 Hk Dk + Hv Dv], ``in_proj_qkv``'s output ([q | k | v] before the conv).
         z: [T, Hv Dv] (``in_proj_z``); b, a: [T, Hv] (``in_proj_b``, ``in_proj_a``).
         conv_states: [S, K-1, C] contiguous pool, the last K-1 inputs of each row; shifted in place.
@@ -178,13 +188,14 @@ def gdn_decode_step(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a
         eps: the output RMSNorm's epsilon (finite, > 0).
         backend: "torch", "triton", "ascendc" or None (the device decides), as every op.
     Returns:
-        [T, Hv Dv] float32, a new tensor: ``gated_rms_norm(o, z)`` flattened, o the delta rule's output with
-        q, k L2-normalised and the default scale Dk ** -0.5 (Qwen3.5's). Equal to ``reference.gdn_decode_step``
-        up to float32 rounding (the order of sums over a head).
+        [T, Hv Dv] in mixed_qkv's dtype, a new tensor: ``gated_rms_norm(o, z)`` flattened, o the delta rule's
+        output with q, k L2-normalised and the default scale Dk ** -0.5 (Qwen3.5's). Equal to
+        ``reference.gdn_decode_step`` up to float32 rounding (the order of sums over a head); in bfloat16 the
+        kernel rounds where the reference's ops return, so they differ where that order tips a rounding.
     Raises:
-        ValueError (RuntimeError from the C++ kernel) naming the op and the argument on a wrong device, dtype,
-        rank, shape or stride, or a state index outside [-1, S), before any pool is written; BackendError when
-        the backend cannot serve the call.
+        ValueError or TypeError (RuntimeError from the C++ kernel) naming the op and the argument on a wrong
+        device, dtype, rank, shape or stride, bfloat16 on a backend other than torch, or a state index outside
+        [-1, S), before any pool is written; BackendError when the backend cannot serve the call.
     """
     spec_decode = query_start_loc is not None or num_accepted_tokens is not None or state_indices.dim() == 2
     # Resolved here only where the C++ kernel may serve (a named other backend is resolved inside the custom op,
