@@ -24,8 +24,9 @@ namespace {
 
 void check_cache(const char* op, const char* name, const at::Tensor& cache) {
   TORCH_CHECK(cache.device().is_cpu() && cache.is_contiguous() && cache.dim() == 4 &&
-                  (cache.scalar_type() == at::kFloat || cache.scalar_type() == at::kChar),
-              op, ": ", name, " must be a contiguous float32 or int8 [NB, Hkv, Bs, D] CPU tensor, got ",
+                  (cache.scalar_type() == at::kFloat || cache.scalar_type() == at::kChar ||
+                   cache.scalar_type() == at::kBFloat16),
+              op, ": ", name, " must be a contiguous float32, int8 or bfloat16 [NB, Hkv, Bs, D] CPU tensor, got ",
               cache.scalar_type(), " ", cache.sizes());
 }
 
@@ -79,6 +80,7 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
                                        key_cache.data_ptr(),
                                        value_cache.data_ptr(),
                                        int8,
+                                       key_cache.scalar_type() == at::kBFloat16,
                                        int8 ? k_scale->data_ptr<float>() : nullptr,
                                        int8 ? v_scale->data_ptr<float>() : nullptr,
                                        table,
@@ -105,7 +107,7 @@ void register_paged_decode_attention(pybind11::module_& m) {
         pybind11::arg("value_cache"), pybind11::arg("block_tables"), pybind11::arg("seq_lens"), pybind11::arg("scale"),
         pybind11::arg("k_scale"), pybind11::arg("v_scale"), pybind11::arg("out"), pybind11::arg("isa") = "",
         "Paged decode attention reading the KV blocks in place, online softmax (CPU). query float32 [N, Hq, D]; "
-        "caches float32 or int8 [NB, Hkv, Bs, D] (int8: float32 [Hkv, D] k_scale/v_scale); block_tables int32 "
+        "caches float32, int8 or bfloat16 [NB, Hkv, Bs, D] (int8: float32 [Hkv, D] k_scale/v_scale); block_tables int32 "
         "[N, M]; seq_lens int32 [N] (0 = zero output row); writes out float32 [N, Hq, D]. isa: '' (the widest "
         "this CPU runs), 'portable', 'avx2' or 'avx512' (cpu_isas()).");
 }

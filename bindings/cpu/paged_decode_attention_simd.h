@@ -11,6 +11,8 @@
 // copy) once and used for up to 4 heads, and 2 rows (scores) or 2 column strips (accumulation) run together so
 // that 8 independent sums hide the FMA latency. The exponentials are vectorised (exp_nonpositive below).
 //
+// bfloat16 caches are widened to float32 in registers, exactly, as int8 ones are.
+//
 // INT8 caches: with x = q * scale per channel, q_row . (k * k_scale) = (q_row * k_scale) . k and
 // sum_s p_s (v_s * v_scale) = v_scale * sum_s p_s v_s, so the scales go on the query and the output rows.
 //
@@ -59,9 +61,34 @@ inline VF load(const int8_t* p) {
   return __builtin_convertvector(__builtin_convertvector(b, VI), VF);
 #endif
 }
+// kW bfloat16 values (their bits as uint16_t) widened to float32 exactly: the bits move to the upper half.
+inline VF load(const uint16_t* p) {
+#if defined(__AVX512F__) && QWEN_OPS_DECODE_LANES == 16
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+#elif defined(__AVX2__) && QWEN_OPS_DECODE_LANES == 8
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+#else
+  typedef uint16_t VH __attribute__((vector_size(2 * kW)));
+  typedef uint32_t VU __attribute__((vector_size(4 * kW)));
+  VH h;
+  __builtin_memcpy(&h, p, sizeof h);
+  const VU bits = __builtin_convertvector(h, VU) << 16;
+  VF v;
+  __builtin_memcpy(&v, &bits, sizeof v);
+  return v;
+#endif
+}
 inline void store(float* p, VF v) { __builtin_memcpy(p, &v, sizeof v); }
 inline float widen(float x) { return x; }
 inline float widen(int8_t x) { return static_cast<float>(x); }
+inline float widen(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 inline float sum_lanes(VF v) {
 #if defined(__AVX512F__) && QWEN_OPS_DECODE_LANES == 16
@@ -290,6 +317,8 @@ void attend_pairs(const DecodeAttentionProblem& pb, int64_t begin, int64_t end, 
 void attend_pairs_any(const DecodeAttentionProblem& problem, int64_t begin, int64_t end, float* workspace) {
   if (problem.int8) {
     attend_pairs<int8_t>(problem, begin, end, workspace);
+  } else if (problem.bfloat16) {
+    attend_pairs<uint16_t>(problem, begin, end, workspace);
   } else {
     attend_pairs<float>(problem, begin, end, workspace);
   }

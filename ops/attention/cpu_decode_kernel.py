@@ -6,8 +6,9 @@ cached K and V byte is read once (the op's floor), where the torch form
 gathers the blocks of a tile of requests into a buffer and runs two bmms
 over it. ``vectorized_decode.py`` calls :func:`decode_step` first and runs its
 torch form whenever this returns None: no extension (``QWEN_OPS_BUILD_EXT=0``),
-tensors not on the CPU, or a 16-bit cache (the kernel reads float32 and int8
-caches). The kernel's pair loop is compiled per instruction set (AVX-512F,
+tensors not on the CPU, or a float16 cache (the kernel reads float32, int8 and
+bfloat16 caches, widening the last two to float32 in registers). The kernel's
+pair loop is compiled per instruction set (AVX-512F,
 AVX2 + FMA, portable; the widest the CPU runs is chosen at run time): INT8
 K/V widened in registers, the softmax's exponentials vectorised (within
 about 2 ulp). The same arithmetic as the torch form (INT8 scales moved onto
@@ -36,7 +37,7 @@ def decode_step(*, query, key_cache, value_cache, block_tables, seq_lens, scale,
     Arguments as ``vectorized_decode.paged_decode_attention`` (validated by the op).
     """
     kernel = _kernel()
-    if (kernel is None or query.device.type != "cpu" or key_cache.dtype not in (F32, torch.int8)
+    if (kernel is None or query.device.type != "cpu" or key_cache.dtype not in (F32, torch.int8, torch.bfloat16)
             or not (key_cache.is_contiguous() and value_cache.is_contiguous())):
         return None
     query32 = query.to(F32).contiguous()

@@ -1,7 +1,7 @@
 """Every instruction-set variant of the C++ KV-cache kernels (``bindings/cpu/``) against the references.
 
 ``qwen_ops._C.paged_decode_attention_cpu`` and ``reshape_and_cache_cpu`` run
-the widest variant the CPU supports (portable, AVX2 + FMA, AVX-512F;
+the widest variant the CPU supports (portable, AVX2 + FMA, AVX-512F; float32, int8 and bfloat16 caches;
 ``_C.cpu_isas()``) unless told one by ``isa``: here each variant is called by name
 (skipped, with the reason, where this CPU lacks it), at head sizes and block sizes that leave a tail past
 every variant's vector width (D = 20, 36; Bs = 5) as well as Qwen3.5's own
@@ -21,7 +21,7 @@ from qwen_ops.ops.cache import cpu_write_kernel
 from qwen_ops.ops.cache import reference as cache_reference
 from qwen_ops.testing import Draw, cache_write_call, decode_call
 
-F32, INT8 = torch.float32, torch.int8
+F32, INT8, BF16 = torch.float32, torch.int8, torch.bfloat16
 
 
 
@@ -34,7 +34,7 @@ def _attention(kernel, arguments, isa):
 
 
 @pytest.mark.parametrize("isa", ALL_ISAS)
-@pytest.mark.parametrize("cache_dtype", [F32, INT8])
+@pytest.mark.parametrize("cache_dtype", [F32, INT8, BF16])
 @pytest.mark.parametrize("hq,hkv,d,bs", [(8, 2, 256, 16), (8, 2, 20, 16), (6, 2, 36, 5), (12, 2, 32, 16),
                                          (2, 2, 24, 8)])
 def test_decode_attention_every_isa_matches_reference(gen, isa, cache_dtype, hq, hkv, d, bs):

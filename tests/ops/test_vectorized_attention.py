@@ -120,7 +120,7 @@ def test_decode_kernel_rejects_bad_input_and_writes_nothing(gen):
         kernel(q.double(), kc, vc, tables, lens, 0.25, ks, vs, out)
     with pytest.raises(RuntimeError, match="block_tables must be a contiguous int32"):
         kernel(q, kc, vc, tables.long(), lens, 0.25, ks, vs, out)
-    with pytest.raises(RuntimeError, match="key_cache must be a contiguous float32 or int8"):
+    with pytest.raises(RuntimeError, match="key_cache must be a contiguous float32, int8 or bfloat16"):
         kernel(q, kc.double(), vc, tables, lens, 0.25, ks, vs, out)
     assert torch.equal(out, torch.full_like(q, 7.0))
 
