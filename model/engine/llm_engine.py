@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...scheduling import Request, Scheduler
+from ..loading.huge_pages import move_weights_to_huge_pages
 from ..loading.kv_scales import CALIBRATION_TEXT, calibrate_kv_scales, checkpoint_kv_scales
 from ..loading.weights import load_weights
 from ..network.backends import describe as describe_backends
@@ -156,6 +157,10 @@ class LLMEngine:
 
         weights, checkpoint_scales = load_weights(self.model_dir, self.config, self.dtype, self.device,
                                                   c.quantization)
+        if torch.device(self.device).type == "cpu":  # a decode step streams them: 2 MB pages read faster
+            weights, moved = move_weights_to_huge_pages(weights)
+            if moved:
+                logger.info("weights in transparent huge pages: %.2f GiB", moved / 2**30)
         self.model = Qwen35ForCausalLM(self.config, weights, self.backend, checkpoint_scales)
         self.model_runner = ModelRunner(self.model, self.config, self.device, self.backend)
         if self.speculative_config is not None:  # the MTP drafter, loaded into the model runner
