@@ -149,3 +149,12 @@ INT8_MODEL_VS_FLOAT32_LOGPROB = {"W8A8_DYNAMIC": 0.03, "W8A8": 0.06, "W8A16": 0.
 # |d logprob| 0.0043 (bfloat16) and 0.0110 (bfloat16 with weight-only INT8, its lm_head INT8 too; 0.0069 with a
 # bfloat16 head); greedy tokens 16/16. Bounds 2.7-4.6x.
 BF16_MODEL_VS_FLOAT32_LOGPROB = {"bfloat16": 0.02, "bfloat16+int8_weight_only": 0.03}
+
+# qwen_ops::rms_norm (bindings/cpu/rms_norm_cpu.cpp) against ops/norm/reference.py: the same float32 operations
+# in the same order but for the sum of squares (16 lanes, then the lanes, against torch's mean), which moves
+# the normaliser by a few float32 ulps; outputs of order 1 (tests' x ~ N(0, 1), scale ~ 1). bfloat16: the
+# outputs are then one rounding each, so a tipped rounding is one bfloat16 ulp.
+RMS_NORM = {
+    torch.float32: (1e-6, 1e-6),
+    torch.bfloat16: (0.0, 2.0 ** -7),
+}

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ...ops.int8_linear import int8_linear, quantize_per_token, quantize_static
 from ...ops.int8_linear.reference import dequantize_weight
 from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available, small_m_linear_bf16_simd
+from ...ops.norm import rms_norm_available
 from ..loading.quantization import W8A8, W8A8_DYNAMIC, Int8Weight
 
 # QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
@@ -23,6 +24,19 @@ _small_m_linear_on = small_m_linear_available() and os.environ.get(SMALL_M_LINEA
 # bfloat16 takes the kernel only where it has its AVX-512 BF16 variant (vdpbf16ps reads half float32's bytes);
 # elsewhere F.linear (oneDNN) serves it.
 _SMALL_M_DTYPES = (torch.float32, torch.bfloat16) if small_m_linear_bf16_simd() else (torch.float32,)
+
+
+# QWEN_OPS_RMS_NORM_KERNEL=0 keeps the norms as torch ops (to compare).
+RMS_NORM_KERNEL_ENV = "QWEN_OPS_RMS_NORM_KERNEL"
+_rms_norm_kernel_on = rms_norm_available() and os.environ.get(RMS_NORM_KERNEL_ENV, "1") != "0"
+
+
+def set_rms_norm_kernel(enabled: bool) -> bool:
+    """Turn the CPU RMSNorm kernel on or off for ``rms_norm_scaled``; returns the previous setting."""
+    global _rms_norm_kernel_on
+    previous = _rms_norm_kernel_on
+    _rms_norm_kernel_on = bool(enabled) and rms_norm_available()
+    return previous
 
 
 def set_small_m_linear(enabled: bool) -> bool:
@@ -103,9 +117,13 @@ def zero_centred_scale(weight: torch.Tensor) -> torch.Tensor:
 def rms_norm_scaled(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     """``x * rsqrt(mean(x^2) + eps) * scale`` over the last dim, in float32, cast back to x's dtype.
 
-    x: [..., H]; scale: float32 [H] (``zero_centred_scale(w)``). The same operations in the same order as
-    ``rms_norm_zero_centred`` (so the same bits), the temporaries updated in place.
+    x: [..., H]; scale: float32 [H] (``zero_centred_scale(w)``). On the CPU (float32 or bfloat16, contiguous,
+    ``qwen_ops._C`` built) one call of ``torch.ops.qwen_ops.rms_norm`` (``ops/norm``: the same operations, the
+    sum of squares in another order); elsewhere torch ops in the same order, the temporaries updated in place.
     """
+    if (_rms_norm_kernel_on and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+            and x.is_contiguous() and scale.dtype == torch.float32 and scale.is_contiguous()):
+        return torch.ops.qwen_ops.rms_norm(x, scale, eps)
     xf = x.float()
     normed = xf * xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
     return normed.mul_(scale).to(x.dtype)
