@@ -4,6 +4,7 @@
 // memory; the columns are split over torch's intra-op pool (at::parallel_for) in units of 16.
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
+#include <torch/library.h>
 
 #include <algorithm>
 #include <string>
@@ -143,3 +144,18 @@ void register_int8_linear(pybind11::module_& m) {
 }
 
 }  // namespace qwen_ops::cpu
+
+// The weight-only kernel as a torch operator too (CPU kernel here, fake in ops/int8_linear/op.py): the model's
+// decode projections call it straight from model/network/layers.py, without int8_linear's Python custom op,
+// whose dispatch and checks cost about 90 us a call (over a hundred calls a decode step of the 0.8B model).
+// The same checks, here in C++, and the same kernel: the same bits as int8_linear on the torch backend.
+TORCH_LIBRARY_FRAGMENT(qwen_ops, m) {
+  m.def("weight_only_int8_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(qwen_ops, CPU, m) {
+  m.impl("weight_only_int8_linear", [](const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                                       const c10::optional<at::Tensor>& bias) {
+    return qwen_ops::cpu::weight_only_int8_linear_cpu(x, weight, weight_scale, bias, "");
+  });
+}

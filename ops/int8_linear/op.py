@@ -20,6 +20,7 @@ import torch
 
 from .. import _validate as check
 from .._backend import dispatch
+from .._cpu_kernels import cpu_torch_op_available
 from .._library import custom_op
 
 OP = "int8_linear"
@@ -50,6 +51,31 @@ def _check(x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype):
                          f"got {out_dtype}")
     check.same_device(OP, x=x, weight=weight, weight_scale=weight_scale, x_scale=x_scale, quant_bias=quant_bias,
                       bias=bias)
+
+
+# The CPU weight-only kernel as its own torch operator (bindings/cpu/int8_linear_cpu.cpp), which the model's
+# decode projections call directly (model/network/layers.py int8_projection): float32 x [M, K] contiguous, the
+# torch backend's kernel without this op's Python dispatch. Its fake is registered here.
+WEIGHT_ONLY_CPU_OP = "weight_only_int8_linear"
+_weight_only_cpu_found: bool | None = None  # looked up on first use: importing the ops never loads qwen_ops._C
+
+
+def weight_only_cpu_op_available() -> bool:
+    """True when ``qwen_ops._C`` has ``torch.ops.qwen_ops.weight_only_int8_linear`` (the CPU kernel). The first
+    call loads the extension and registers the operator's fake."""
+    global _weight_only_cpu_found
+    if _weight_only_cpu_found is None:
+        _weight_only_cpu_found = cpu_torch_op_available(WEIGHT_ONLY_CPU_OP)
+        if _weight_only_cpu_found:
+            torch.library.register_fake(f"qwen_ops::{WEIGHT_ONLY_CPU_OP}")(_weight_only_cpu_fake)
+    return _weight_only_cpu_found
+
+
+def _weight_only_cpu_fake(x, weight, weight_scale, bias=None):
+    """``weight_only_int8_linear``'s fake: float32 x [M, K] -> float32 [M, N]."""
+    check.tensor(WEIGHT_ONLY_CPU_OP, "x", x, dtypes=(torch.float32,), ndim=2, layout="[M, K]")
+    _check(x, weight, weight_scale, None, None, bias, None)
+    return x.new_empty((x.shape[0], weight.shape[0]))
 
 
 def _out_dtype(x: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:

@@ -194,3 +194,33 @@ def test_torch_compile_traces_the_op():
 
     compiled = torch.compile(projection, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x), projection(x), atol=0, rtol=0)
+
+
+@needs_kernels
+def test_the_model_calls_the_weight_only_kernel_as_a_cpp_operator(monkeypatch):
+    """``int8_projection`` sends float32 CPU rows straight to ``torch.ops.qwen_ops.weight_only_int8_linear``: the
+    torch backend's kernel, so the same bits as ``int8_linear``, without its Python custom op."""
+    from qwen_ops.model.loading.quantization import Int8Weight
+    from qwen_ops.model.network import layers
+    from qwen_ops.ops.int8_linear.op import weight_only_cpu_op_available
+
+    assert weight_only_cpu_op_available()
+    x, w, ws, _, b = operands(3, 40, 96, seed=11)
+    weight = Int8Weight(weight=w, weight_scale=ws, scheme="W8A16")
+    calls = []
+    real = torch.ops.qwen_ops.weight_only_int8_linear
+
+    class Spy:
+        def __getattr__(self, name):
+            assert name == "weight_only_int8_linear"
+            return lambda *a: calls.append(a[0].shape) or real(*a)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(layers.torch.ops, "qwen_ops", Spy())
+        got = layers.int8_projection(x, weight, b)
+    assert calls == [x.shape]
+    assert torch.equal(got, int8_linear(x, w, ws, bias=b))
+    compiled = torch.compile(lambda a: layers.int8_projection(a, weight, b), backend="eager", fullgraph=True)
+    assert torch.equal(compiled(x), got)
+    with pytest.raises(RuntimeError, match="argument 'weight_scale' must be \\[N\\] = \\[40\\]"):
+        torch.ops.qwen_ops.weight_only_int8_linear(x, w, ws[:-1], b)
