@@ -26,7 +26,7 @@ import time
 import torch
 
 # Top-level ops that are the projections: the small-M kernel, or F.linear's matmuls.
-PROJECTION_OPS = ("qwen_ops::small_m_linear", "aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
+PROJECTION_OPS = ("qwen_ops::small_m_linear", "qwen_ops::weight_only_int8_linear", "qwen_ops::int8_linear", "aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
 
 
 def _labelled(label, fn):
@@ -166,6 +166,7 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--prompt-len", type=int, default=32, help="tokens per request's prompt")
     p.add_argument("--breakdown", action="store_true", help="label the model's parts and split each step by part")
+    p.add_argument("--quantization", default=None, help="e.g. int8_weight_only (LLM's quantization=)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -174,8 +175,9 @@ def main(argv=None) -> None:
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     max_len = max(256, args.prompt_len + args.steps + 16)
     llm = LLM(args.model, dtype=args.dtype, max_num_seqs=max(sizes), max_model_len=max_len,
-              max_num_batched_tokens=max(2048, max(sizes)))
-    print(f"model={llm.model_dir} dtype={args.dtype} threads={torch.get_num_threads()}")
+              max_num_batched_tokens=max(2048, max(sizes)), quantization=args.quantization)
+    print(f"model={llm.model_dir} dtype={args.dtype} quantization={args.quantization} "
+          f"threads={torch.get_num_threads()}")
     for b in sizes:
         profile_batch(llm, b, args.steps, args.top, args.prompt_len, args.breakdown)
 
