@@ -20,10 +20,11 @@ constexpr int kLanes = 16;  // the sum of squares' partial sums: lane l takes k 
 // Rows per thread at least this many elements: below it the pool's fork/join costs more than the rows.
 constexpr int64_t kMinElementsPerThread = 1 << 16;
 
+// Rows of x at x_stride elements apart (h or more), out's rows packed.
 template <class E>
-void normalize_rows(const E* x, const float* scale, E* out, int64_t rows, int64_t h, float eps) {
+void normalize_rows(const E* x, int64_t x_stride, const float* scale, E* out, int64_t rows, int64_t h, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
-    const E* xr = x + r * h;
+    const E* xr = x + r * x_stride;
     float lanes[kLanes] = {};
     int64_t k = 0;
     for (; k + kLanes <= h; k += kLanes)
@@ -49,23 +50,28 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& scale, double eps) {
               ": argument 'x' must be float32 or bfloat16, got ", x.scalar_type());
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, kOp, ": argument 'x' must be [..., H] with H >= 1, got shape ",
               x.sizes());
-  TORCH_CHECK(x.is_contiguous(), kOp, ": argument 'x' must be contiguous");
+  // Contiguous, or 2-D [R, H] with contiguous rows at any row stride (a per-head view of a wider projection
+  // output, such as the model's query heads beside their gates, flattened to rows).
+  TORCH_CHECK(x.is_contiguous() || (x.dim() == 2 && x.stride(1) == 1 && x.stride(0) >= x.size(1)), kOp,
+              ": argument 'x' must be contiguous, or 2-D with contiguous rows, got shape ", x.sizes(), " and strides ",
+              x.strides());
   const int64_t h = x.size(-1);
   TORCH_CHECK(scale.device().is_cpu() && scale.scalar_type() == at::kFloat && scale.dim() == 1 &&
                   scale.size(0) == h && scale.is_contiguous(),
               kOp, ": argument 'scale' must be a contiguous float32 CPU tensor [H] = [", h, "], got ",
               scale.scalar_type(), " ", scale.sizes());
   TORCH_CHECK(std::isfinite(eps) && eps >= 0, kOp, ": argument 'eps' must be finite and >= 0, got ", eps);
-  at::Tensor out = at::empty_like(x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t rows = x.numel() / h;
+  const int64_t x_stride = x.is_contiguous() ? h : x.stride(0);
   const int64_t grain = std::max<int64_t>(1, kMinElementsPerThread / h);
   const float e = static_cast<float>(eps);
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     if (x.scalar_type() == at::kFloat) {
-      normalize_rows<float>(x.data_ptr<float>() + begin * h, scale.data_ptr<float>(),
+      normalize_rows<float>(x.data_ptr<float>() + begin * x_stride, x_stride, scale.data_ptr<float>(),
                             out.data_ptr<float>() + begin * h, end - begin, h, e);
     } else {
-      normalize_rows<c10::BFloat16>(x.data_ptr<c10::BFloat16>() + begin * h, scale.data_ptr<float>(),
+      normalize_rows<c10::BFloat16>(x.data_ptr<c10::BFloat16>() + begin * x_stride, x_stride, scale.data_ptr<float>(),
                                     out.data_ptr<c10::BFloat16>() + begin * h, end - begin, h, e);
     }
   });

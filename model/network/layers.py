@@ -131,11 +131,25 @@ def rms_norm_scaled(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.T
     sum of squares in another order); elsewhere torch ops in the same order, the temporaries updated in place.
     """
     if (_rms_norm_kernel_on and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
-            and x.is_contiguous() and scale.dtype == torch.float32 and scale.is_contiguous()):
-        return torch.ops.qwen_ops.rms_norm(x, scale, eps)
+            and x.dim() >= 1 and x.stride(-1) == 1 and scale.dtype == torch.float32 and scale.is_contiguous()):
+        if x.is_contiguous():
+            return torch.ops.qwen_ops.rms_norm(x, scale, eps)
+        rows = _rows_view(x)
+        if rows is not None:  # e.g. the query heads, a view beside their gates: no copy
+            return torch.ops.qwen_ops.rms_norm(rows, scale, eps).view(x.shape)
     xf = x.float()
     normed = xf * xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
     return normed.mul_(scale).to(x.dtype)
+
+
+def _rows_view(x: torch.Tensor) -> torch.Tensor | None:
+    """x [..., H] with contiguous rows as a 2-D [R, H] view at one row stride, or None where its strides do not
+    allow one (then the torch form serves it)."""
+    try:
+        rows = x.view(-1, x.shape[-1])
+    except RuntimeError:
+        return None
+    return rows if rows.stride(1) == 1 and rows.stride(0) >= rows.shape[1] else None
 
 
 def rope_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:

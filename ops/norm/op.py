@@ -32,9 +32,11 @@ def _check(x, scale, eps):
         raise ValueError(f"{OP}: argument 'x' must be [..., H] with H >= 1, got shape {tuple(x.shape)}")
     h = x.shape[-1]
     check.tensor(OP, "scale", scale, dtypes=(torch.float32,), shape=(h,), layout=f"[H] = [{h}]")
-    for name, t in (("x", x), ("scale", scale)):
-        if not t.is_contiguous():
-            raise ValueError(f"{OP}: argument '{name}' must be contiguous")
+    if not (x.is_contiguous() or (x.dim() == 2 and x.stride(1) == 1 and x.stride(0) >= h)):
+        raise ValueError(f"{OP}: argument 'x' must be contiguous, or 2-D with contiguous rows, got shape "
+                         f"{tuple(x.shape)} and strides {x.stride()}")
+    if not scale.is_contiguous():
+        raise ValueError(f"{OP}: argument 'scale' must be contiguous")
     check.same_device(OP, x=x, scale=scale)
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"{OP}: argument 'eps' must be finite and >= 0, got {eps!r}")
@@ -44,18 +46,18 @@ if _AVAILABLE:
     @torch.library.register_fake(f"qwen_ops::{OP}")
     def _rms_norm_fake(x, scale, eps):
         _check(x, scale, eps)
-        return torch.empty_like(x)
+        return x.new_empty(x.shape)
 
 
 def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     """``x * rsqrt(mean(x^2) + eps) * scale`` over the last dim, on the CPU.
 
     Args:
-        x: [..., H] float32 or bfloat16, contiguous, CPU.
+        x: [..., H] float32 or bfloat16, CPU; contiguous, or 2-D [R, H] with contiguous rows at any row stride.
         scale: float32 [H], contiguous (for Qwen3.5's zero-centred weights ``1 + w``, made once at load).
         eps: finite, >= 0.
     Returns:
-        A new tensor like x: float32 arithmetic in the reference's order of operations, the result rounded once
+        A new contiguous tensor of x's shape and dtype: float32 arithmetic in the reference's order of operations, the result rounded once
         to x's dtype. Only the order of the float32 sum of squares differs from torch's ``mean`` (lanes of 16,
         then the lanes), so it equals ``reference.rms_norm`` up to float32 rounding (bfloat16: up to the
         rounding that difference can tip).

@@ -51,6 +51,22 @@ def test_matches_the_reference(dtype, shape):
     assert torch.equal(x, before)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_at_a_stride_and_the_models_per_head_view(dtype):
+    """2-D rows at a row stride (the kernel reads them in place), and what rms_norm_scaled makes of the model's
+    query heads: [T, H, 2 D] split into query and gate, the query a view that flattens to such rows."""
+    x, scale = _operands((3, 4, 2 * 24), dtype, 7)
+    query = x[..., :24]
+    assert not query.is_contiguous()
+    rows = query.view(-1, 24)
+    out = rms_norm(rows, scale[:24], EPS)
+    assert out.is_contiguous()
+    torch.testing.assert_close(out, reference.rms_norm(rows, scale[:24], EPS), **tol(RMS_NORM, dtype))
+    per_head = layers.rms_norm_scaled(query, scale[:24], EPS)
+    assert per_head.shape == query.shape
+    assert torch.equal(per_head, out.view(query.shape))
+
+
 def test_a_zero_row_gives_zeros_and_eps_is_used():
     x = torch.zeros(2, 40)
     x[1] = 1e-4
