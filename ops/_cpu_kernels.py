@@ -26,3 +26,25 @@ def cpu_torch_op_available(name: str) -> bool:
     except ImportError:
         return False
     return hasattr(torch.ops.qwen_ops, name)
+
+
+class LazyCpuOp:
+    """A torch operator of ``qwen_ops._C`` looked up on first use, so that importing the ops never loads the
+    extension; the lookup registers ``fake`` (the operator's shape function, for ``torch.compile``)."""
+
+    def __init__(self, name: str, fake):
+        self.name, self._fake, self._found = name, fake, None
+
+    def available(self) -> bool:
+        """Whether ``torch.ops.qwen_ops.<name>`` exists; the first call loads the extension."""
+        if self._found is None:
+            self._found = cpu_torch_op_available(self.name)
+            if self._found:
+                torch.library.register_fake(f"qwen_ops::{self.name}")(self._fake)
+        return self._found
+
+    @property
+    def found(self) -> bool:
+        """What an earlier ``available()`` found, without looking (False if it was never asked: inside a trace,
+        which cannot load the extension)."""
+        return bool(self._found)

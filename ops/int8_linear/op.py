@@ -20,7 +20,7 @@ import torch
 
 from .. import _validate as check
 from .._backend import dispatch
-from .._cpu_kernels import cpu_torch_op_available
+from .._cpu_kernels import LazyCpuOp
 from .._library import custom_op
 
 OP = "int8_linear"
@@ -57,18 +57,6 @@ def _check(x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype):
 # decode projections call directly (model/network/layers.py int8_projection): float32 x [M, K] contiguous, the
 # torch backend's kernel without this op's Python dispatch. Its fake is registered here.
 WEIGHT_ONLY_CPU_OP = "weight_only_int8_linear"
-_weight_only_cpu_found: bool | None = None  # looked up on first use: importing the ops never loads qwen_ops._C
-
-
-def weight_only_cpu_op_available() -> bool:
-    """True when ``qwen_ops._C`` has ``torch.ops.qwen_ops.weight_only_int8_linear`` (the CPU kernel). The first
-    call loads the extension and registers the operator's fake."""
-    global _weight_only_cpu_found
-    if _weight_only_cpu_found is None:
-        _weight_only_cpu_found = cpu_torch_op_available(WEIGHT_ONLY_CPU_OP)
-        if _weight_only_cpu_found:
-            torch.library.register_fake(f"qwen_ops::{WEIGHT_ONLY_CPU_OP}")(_weight_only_cpu_fake)
-    return _weight_only_cpu_found
 
 
 def _weight_only_cpu_fake(x, weight, weight_scale, bias=None):
@@ -76,6 +64,15 @@ def _weight_only_cpu_fake(x, weight, weight_scale, bias=None):
     check.tensor(WEIGHT_ONLY_CPU_OP, "x", x, dtypes=(torch.float32,), ndim=2, layout="[M, K]")
     _check(x, weight, weight_scale, None, None, bias, None)
     return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+_WEIGHT_ONLY_CPU = LazyCpuOp(WEIGHT_ONLY_CPU_OP, _weight_only_cpu_fake)
+
+
+def weight_only_cpu_op_available() -> bool:
+    """True when ``qwen_ops._C`` has ``torch.ops.qwen_ops.weight_only_int8_linear`` (the CPU kernel). The first
+    call loads the extension and registers the operator's fake."""
+    return _WEIGHT_ONLY_CPU.available()
 
 
 def _out_dtype(x: torch.Tensor, out_dtype: torch.dtype | None) -> torch.dtype:

@@ -47,6 +47,15 @@ def _run(checkpoint, prompts, fused, monkeypatch, **engine):
     return [o.outputs[0] for o in outs], calls
 
 
+def _assert_same_tokens_and_logprobs(fused, composed, atol):
+    assert [o.token_ids for o in fused] == [o.token_ids for o in composed]
+    for ours, theirs in zip(fused, composed):
+        for a, b in zip(ours.logprobs, theirs.logprobs):
+            common = sorted(set(a) & set(b))
+            torch.testing.assert_close(torch.tensor([a[t] for t in common]), torch.tensor([b[t] for t in common]),
+                                       atol=atol, rtol=0)
+
+
 @pytest.mark.parametrize("max_num_batched_tokens", [8192, 8], ids=["decode_steps", "mixed_steps"])
 def test_fused_decode_matches_the_ops_one_by_one(text_checkpoint, gen, monkeypatch, max_num_batched_tokens):
     prompts = _prompts(gen, [9, 21, 4])
@@ -54,13 +63,8 @@ def test_fused_decode_matches_the_ops_one_by_one(text_checkpoint, gen, monkeypat
     composed, none = _run(text_checkpoint, prompts, False, monkeypatch,
                           max_num_batched_tokens=max_num_batched_tokens)
     assert calls and not none  # the switch decides, and a real step takes the fused path
-    assert [o.token_ids for o in fused] == [o.token_ids for o in composed]
-    for ours, theirs in zip(fused, composed):
-        for a, b in zip(ours.logprobs, theirs.logprobs):
-            common = sorted(set(a) & set(b))
-            # float32 rounding of the order of sums over a head; logprobs of order 1-10
-            torch.testing.assert_close(torch.tensor([a[t] for t in common]), torch.tensor([b[t] for t in common]),
-                                       atol=1e-4, rtol=0)
+    # float32 rounding of the order of sums over a head; logprobs of order 1-10
+    _assert_same_tokens_and_logprobs(fused, composed, atol=1e-4)
 
 
 def test_bfloat16_decode_takes_the_fused_kernel_and_the_ops_tokens(text_checkpoint, gen, monkeypatch):
@@ -70,13 +74,8 @@ def test_bfloat16_decode_takes_the_fused_kernel_and_the_ops_tokens(text_checkpoi
     fused, calls = _run(text_checkpoint, prompts, True, monkeypatch, dtype="bfloat16")
     composed, none = _run(text_checkpoint, prompts, False, monkeypatch, dtype="bfloat16")
     assert calls and not none and {backend for _, backend, _ in calls} == {"torch"}
-    assert [o.token_ids for o in fused] == [o.token_ids for o in composed]
-    for ours, theirs in zip(fused, composed):
-        for a, b in zip(ours.logprobs, theirs.logprobs):
-            common = sorted(set(a) & set(b))
-            # measured equal on this draw; a bfloat16 rounding tipped the other way moves a logit by 2**-7 relative
-            torch.testing.assert_close(torch.tensor([a[t] for t in common]), torch.tensor([b[t] for t in common]),
-                                       atol=5e-2, rtol=0)
+    # measured equal on this draw; a bfloat16 rounding tipped the other way moves a logit by 2**-7 relative
+    _assert_same_tokens_and_logprobs(fused, composed, atol=5e-2)
 
 
 FUSED_BACKENDS = [b for b in ("triton", "ascendc") if b in IMPLEMENTATIONS["gdn_decode_step"]

@@ -27,7 +27,7 @@ import torch
 
 from ... import _validate as check
 from ..._backend import dispatch, resolved_backend
-from ..._cpu_kernels import cpu_torch_op_available
+from ..._cpu_kernels import LazyCpuOp
 from ..._library import custom_op
 from ...conv.op import check_spec_decode_form
 
@@ -38,22 +38,6 @@ F32 = (torch.float32,)
 # The activation dtypes (mixed_qkv, z, b, a, the conv pool, conv taps and norm weight share one); the recurrent
 # state, A_log and dt_bias are float32 in both. bfloat16 is served by the torch backend (module doc).
 ACTIVATION_DTYPES = (torch.float32, torch.bfloat16)
-
-_cpu_kernel_found: bool | None = None  # looked up on first use: importing the ops never loads qwen_ops._C
-
-
-def gdn_decode_step_available() -> bool:
-    """True when ``qwen_ops._C`` was built with the torch backend's CPU kernel (one token per sequence).
-
-    The first call loads the extension (False on a pure-Python install, ``QWEN_OPS_BUILD_EXT=0``) and registers
-    the kernel's fake.
-    """
-    global _cpu_kernel_found
-    if _cpu_kernel_found is None:
-        _cpu_kernel_found = cpu_torch_op_available(OP)
-        if _cpu_kernel_found:
-            torch.library.register_fake(f"qwen_ops::{OP}")(_cpu_kernel_fake)
-    return _cpu_kernel_found
 
 
 def _rows(name, t, width, tokens, layout, dtypes):
@@ -123,6 +107,18 @@ def _cpu_kernel_fake(mixed_qkv, z, b, a, conv_states, conv_taps, ssm_states, A_l
     return mixed_qkv.new_empty((tokens, value_dim))
 
 
+_CPU_KERNEL = LazyCpuOp(OP, _cpu_kernel_fake)
+
+
+def gdn_decode_step_available() -> bool:
+    """True when ``qwen_ops._C`` was built with the torch backend's CPU kernel (one token per sequence).
+
+    The first call loads the extension (False on a pure-Python install, ``QWEN_OPS_BUILD_EXT=0``) and registers
+    the kernel's fake.
+    """
+    return _CPU_KERNEL.available()
+
+
 @custom_op(BACKENDS_OP, mutates_args=("conv_states", "ssm_states"))
 def _backends_op(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
                  conv_states: torch.Tensor, conv_taps: torch.Tensor, ssm_states: torch.Tensor, A_log: torch.Tensor,
@@ -156,7 +152,7 @@ def takes_cpu_kernel(device: torch.device, backend: str, spec_decode: bool) -> b
     if torch.compiler.is_compiling():
         # A trace cannot load the extension: a kernel not looked up before (the model looks it up when it is
         # imported) counts as absent, and the reference serves the call.
-        return bool(_cpu_kernel_found)
+        return _CPU_KERNEL.found
     return gdn_decode_step_available()
 
 
