@@ -10,16 +10,19 @@ How: torch allocates a large tensor with plain ``malloc``, which the kernel back
 is "always". Here the large tensors are copied, one at a time (so the extra memory is one tensor at most),
 into one anonymous ``mmap`` advised ``MADV_HUGEPAGE`` before any page of it is touched, and replaced by views
 of it; the values, dtypes and shapes stay the same. Tensors that share memory (the tied embedding and head)
-stay shared. Where the system cannot give huge pages (not Linux, THP "never", ``QWEN_OPS_HUGE_PAGES=0``) the
-weights are returned as they are.
+stay shared. Where the system cannot give huge pages (not Linux, THP "never", ``QWEN_OPS_HUGE_PAGES=0``, or
+the mapping or its advice refused) the weights are returned as they are.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import mmap
 import os
 
 import torch
+
+logger = logging.getLogger("qwen_ops.engine")
 
 HUGE_PAGES_ENV = "QWEN_OPS_HUGE_PAGES"
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -70,8 +73,12 @@ def move_weights_to_huge_pages(weights: dict) -> tuple[dict, int]:
             total += (t.nbytes + ALIGN - 1) // ALIGN * ALIGN
     if not total:
         return weights, 0
-    arena = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    arena.madvise(mmap.MADV_HUGEPAGE)  # before the first touch: the pages are then faulted in 2 MB at a time
+    try:
+        arena = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        arena.madvise(mmap.MADV_HUGEPAGE)  # before the first touch: the pages are then faulted in 2 MB at a time
+    except OSError as exc:  # no room for the mapping, or the kernel refuses the advice: the weights stay
+        logger.warning("weights stay in 4 KB pages: %s", exc)
+        return weights, 0
     memory = torch.frombuffer(arena, dtype=torch.uint8)  # keeps the mapping alive as long as any view of it
     moved: dict[int, torch.Tensor] = {}
     for name, value in weights.items():

@@ -53,6 +53,20 @@ def test_switched_off_the_weights_stay(monkeypatch):
     assert moved == 0 and all(out[k] is same[k] for k in same)
 
 
+def test_a_refused_mapping_leaves_the_weights(monkeypatch):
+    """No room for the mapping (or advice the kernel refuses): the weights stay where they are, nothing fails."""
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setenv(huge_pages.HUGE_PAGES_ENV, "1")
+    monkeypatch.setattr(huge_pages, "huge_pages_available", lambda: True)
+    monkeypatch.setattr(huge_pages.mmap, "mmap", refuse)
+    weights = _weights()
+    same = dict(weights)
+    out, moved = huge_pages.move_weights_to_huge_pages(weights)
+    assert moved == 0 and all(out[k] is same[k] for k in same)
+
+
 @needs_thp
 def test_an_engine_with_every_weight_moved_gives_the_same_output(text_checkpoint, monkeypatch):
     params = SamplingParams(max_tokens=6, temperature=0, logprobs=2, detokenize=False)
