@@ -29,6 +29,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bindings/cpu/dtype_names.h"
 #include "bindings/cpu/gdn_head_update.h"
 
 namespace qwen_ops::cpu {
@@ -37,10 +38,6 @@ namespace {
 constexpr const char* kOp = "gdn_decode_step";
 constexpr float kL2NormEps = 1e-6f;          // ops/gdn/reference_recurrent.py L2NORM_EPS
 constexpr float kSoftplusThreshold = 20.0f;  // ops/gdn/reference_gating.py SOFTPLUS_THRESHOLD
-
-const char* dtype_name(at::ScalarType t) {
-  return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : c10::toString(t);
-}
 
 // [B, width] rows of the activation dtype, each row contiguous (a column slice of a stacked projection's
 // output is fine).

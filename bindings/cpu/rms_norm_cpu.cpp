@@ -12,6 +12,8 @@
 
 #include <cmath>
 
+#include "bindings/cpu/dtype_names.h"
+
 namespace qwen_ops::cpu {
 namespace {
 
@@ -47,7 +49,7 @@ void normalize_rows(const E* x, int64_t x_stride, const float* scale, E* out, in
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& scale, double eps) {
   TORCH_CHECK(x.device().is_cpu(), kOp, ": argument 'x' must be a CPU tensor, got one on ", x.device());
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, kOp,
-              ": argument 'x' must be float32 or bfloat16, got ", x.scalar_type());
+              ": argument 'x' must be float32 or bfloat16, got ", dtype_name(x.scalar_type()));
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, kOp, ": argument 'x' must be [..., H] with H >= 1, got shape ",
               x.sizes());
   // Contiguous, or 2-D [R, H] with contiguous rows at any row stride (a per-head view of a wider projection
@@ -59,7 +61,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& scale, double eps) {
   TORCH_CHECK(scale.device().is_cpu() && scale.scalar_type() == at::kFloat && scale.dim() == 1 &&
                   scale.size(0) == h && scale.is_contiguous(),
               kOp, ": argument 'scale' must be a contiguous float32 CPU tensor [H] = [", h, "], got ",
-              scale.scalar_type(), " ", scale.sizes());
+              dtype_name(scale.scalar_type()), " ", scale.sizes());
   TORCH_CHECK(std::isfinite(eps) && eps >= 0, kOp, ": argument 'eps' must be finite and >= 0, got ", eps);
   at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t rows = x.numel() / h;

@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "bindings/cpu/cpu_features.h"
+#include "bindings/cpu/dtype_names.h"
 #include "bindings/cpu/small_m_linear_kernels.h"
 
 namespace qwen_ops::cpu {
@@ -28,10 +29,6 @@ constexpr int64_t kMinBytesPerThread = 256 * 1024;
 // the whole range has a short tile) and 64 bytes of a row of out (one cache line where the rows are
 // 64-byte aligned, so two threads do not write the same line).
 constexpr int64_t kColumnsPerUnit = 16;
-
-const char* dtype_name(at::ScalarType t) {
-  return t == at::kFloat ? "float32" : t == at::kBFloat16 ? "bfloat16" : c10::toString(t);
-}
 
 void check_args(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.device().is_cpu(), kOp, ": argument 'x' must be a CPU tensor, got one on ", x.device());
