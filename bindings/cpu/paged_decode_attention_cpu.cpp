@@ -79,8 +79,9 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
   const DecodeAttentionProblem problem{query.data_ptr<float>(),
                                        key_cache.data_ptr(),
                                        value_cache.data_ptr(),
-                                       int8,
-                                       key_cache.scalar_type() == at::kBFloat16,
+                                       int8 ? CacheElement::kInt8
+                                       : key_cache.scalar_type() == at::kBFloat16 ? CacheElement::kBFloat16
+                                                                                  : CacheElement::kFloat32,
                                        int8 ? k_scale->data_ptr<float>() : nullptr,
                                        int8 ? v_scale->data_ptr<float>() : nullptr,
                                        table,

@@ -8,13 +8,15 @@
 
 namespace qwen_ops::cpu {
 
+// The cache's element type. bfloat16: the 16 bits of each element are a float32's upper half, widened exactly.
+enum class CacheElement { kFloat32, kInt8, kBFloat16 };
+
 // One call's operands, already checked by the dispatcher (every block id a request uses is in the cache).
 struct DecodeAttentionProblem {
   const float* query;       // [N, Hq, D]
-  const void* key_cache;    // [NB, Hkv, Bs, D], float32, int8 (int8 = true) or bfloat16 (bfloat16 = true)
+  const void* key_cache;    // [NB, Hkv, Bs, D] of `element`
   const void* value_cache;  // like key_cache
-  bool int8;
-  bool bfloat16;  // the 16 bits of each element are a float32's upper half: widened exactly
+  CacheElement element;
   const float* k_scale;  // int8 only: [Hkv, D]
   const float* v_scale;  // int8 only: [Hkv, D]
   const int32_t* block_tables;  // [N, width]

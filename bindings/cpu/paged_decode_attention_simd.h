@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "bindings/cpu/paged_decode_attention_kernels.h"
 
@@ -251,6 +252,7 @@ void attend_pairs(const DecodeAttentionProblem& pb, int64_t begin, int64_t end, 
   float* rescale = running_sum + groups;
   const T* key_cache = static_cast<const T*>(pb.key_cache);
   const T* value_cache = static_cast<const T*>(pb.value_cache);
+  constexpr bool int8 = std::is_same_v<T, int8_t>;  // the per-channel scales go on the query and the output
   const float infinity = __builtin_inff();
   for (int64_t pair = begin; pair < end; ++pair) {
     const int64_t r = pair / pb.hkv, h = pair % pb.hkv;
@@ -262,7 +264,7 @@ void attend_pairs(const DecodeAttentionProblem& pb, int64_t begin, int64_t end, 
     }
     const float* qr = pb.query + (r * pb.hq + h * groups) * d;
     for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t i = 0; i < d; ++i) q[g * d + i] = qr[g * d + i] * pb.scale * (pb.int8 ? pb.k_scale[h * d + i] : 1.0f);
+      for (int64_t i = 0; i < d; ++i) q[g * d + i] = qr[g * d + i] * pb.scale * (int8 ? pb.k_scale[h * d + i] : 1.0f);
     }
     for (int64_t i = 0; i < groups * d; ++i) acc[i] = 0.0f;
     for (int64_t g = 0; g < groups; ++g) {
@@ -309,18 +311,16 @@ void attend_pairs(const DecodeAttentionProblem& pb, int64_t begin, int64_t end, 
     }
     for (int64_t g = 0; g < groups; ++g) {
       const float inverse = 1.0f / running_sum[g];
-      for (int64_t i = 0; i < d; ++i) o[g * d + i] = acc[g * d + i] * inverse * (pb.int8 ? pb.v_scale[h * d + i] : 1.0f);
+      for (int64_t i = 0; i < d; ++i) o[g * d + i] = acc[g * d + i] * inverse * (int8 ? pb.v_scale[h * d + i] : 1.0f);
     }
   }
 }
 
 void attend_pairs_any(const DecodeAttentionProblem& problem, int64_t begin, int64_t end, float* workspace) {
-  if (problem.int8) {
-    attend_pairs<int8_t>(problem, begin, end, workspace);
-  } else if (problem.bfloat16) {
-    attend_pairs<uint16_t>(problem, begin, end, workspace);
-  } else {
-    attend_pairs<float>(problem, begin, end, workspace);
+  switch (problem.element) {
+    case CacheElement::kInt8: attend_pairs<int8_t>(problem, begin, end, workspace); break;
+    case CacheElement::kBFloat16: attend_pairs<uint16_t>(problem, begin, end, workspace); break;
+    default: attend_pairs<float>(problem, begin, end, workspace); break;
   }
 }
 
