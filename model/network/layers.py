@@ -15,6 +15,7 @@ from ...ops.int8_linear.op import weight_only_cpu_op_available
 from ...ops.int8_linear.reference import dequantize_weight
 from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available, small_m_linear_bf16_simd
 from ...ops.norm import rms_norm_available
+from ...ops.norm.reference import rms_norm as rms_norm_torch
 from ..loading.quantization import W8A8, W8A8_DYNAMIC, Int8Weight
 
 # QWEN_OPS_SMALL_M_LINEAR=0 keeps every projection on F.linear (to compare, or where the kernel is unwanted).
@@ -126,9 +127,9 @@ def zero_centred_scale(weight: torch.Tensor) -> torch.Tensor:
 def rms_norm_scaled(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     """``x * rsqrt(mean(x^2) + eps) * scale`` over the last dim, in float32, cast back to x's dtype.
 
-    x: [..., H]; scale: float32 [H] (``zero_centred_scale(w)``). On the CPU (float32 or bfloat16, contiguous,
-    ``qwen_ops._C`` built) one call of ``torch.ops.qwen_ops.rms_norm`` (``ops/norm``: the same operations, the
-    sum of squares in another order); elsewhere torch ops in the same order, the temporaries updated in place.
+    x: [..., H]; scale: float32 [H] (``zero_centred_scale(w)``). On the CPU (float32 or bfloat16, contiguous or
+    rows at one stride, ``qwen_ops._C`` built) one call of ``torch.ops.qwen_ops.rms_norm`` (``ops/norm``: the
+    same operations, the sum of squares in another order); elsewhere ``ops/norm/reference.py``'s torch ops.
     """
     if (_rms_norm_kernel_on and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
             and x.dim() >= 1 and x.stride(-1) == 1 and scale.dtype == torch.float32 and scale.is_contiguous()):
@@ -137,9 +138,7 @@ def rms_norm_scaled(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.T
         rows = _rows_view(x)
         if rows is not None:  # e.g. the query heads, a view beside their gates: no copy
             return torch.ops.qwen_ops.rms_norm(rows, scale, eps).view(x.shape)
-    xf = x.float()
-    normed = xf * xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
-    return normed.mul_(scale).to(x.dtype)
+    return rms_norm_torch(x, scale, eps)
 
 
 def _rows_view(x: torch.Tensor) -> torch.Tensor | None:
