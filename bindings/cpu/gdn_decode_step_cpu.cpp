@@ -18,7 +18,7 @@
 // head (and exp's last bit against torch's vectorised exp) differ, so the two agree to float32 rounding.
 // In bfloat16 the composition rounds to bfloat16 where each of its ops returns (the conv output, beta, the
 // delta rule's output, the norm's normalised value, its product with the weight, the result); this kernel
-// rounds at the same points (Rounding below), so the two agree but for a rounding the float32 sum order
+// rounds at the same points (rounded<E> below), so the two agree but for a rounding the float32 sum order
 // tips the other way.
 // Threads: ATen's intra-op pool (at::parallel_for), as the other CPU kernels.
 #include <ATen/Parallel.h>

@@ -148,10 +148,11 @@ inline void small_m_linear(const typename S::Elem* x, const typename S::Elem* w,
   if (M == 1) {
     // One row of x: the weight is the whole memory traffic, and how its rows are streamed sets the rate.
     // Rows of at most 4 KB are read one after another, a single sequential stream; longer rows 8 at a time.
-    // Measured from memory (bench/e2e/small_m_linear_ab.sh HEAD-before-this 1, 2 threads, paired medians):
-    // one stream read the float32 lm_head [248320, 1024] at 35.1 against 30.7 GB/s for 8 streams (the same
-    // as a plain sum over its bytes) and the 4 KB-row shapes 0-9 % faster; at K = 3584 (14 KB rows) 8 streams
-    // were 12 % faster, where one stream's single chain of dependent sums per row is the limit.
+    // Measured from memory (bench/e2e/small_m_linear_ab.sh against the 8-row rule, float32, 2 threads, paired
+    // medians; bench/RESULTS.md "The projection kernel"): one stream read the lm_head [248320, 1024] 8-13 %
+    // faster in three runs (35.1 against 30.7 GB/s in the first, a plain sum's rate); the 4 KB-row shapes were
+    // 0-10 % faster in two runs and 9-15 % slower in one; at K = 3584 (14 KB rows) 8 streams were 12 % faster,
+    // where one stream's single chain of dependent sums per row is the limit.
     if (K * static_cast<int64_t>(sizeof(typename S::Elem)) <= kSequentialRowBytes)
       columns<S, W, 1, 1>(x, w, bias, out, M, N, K, n_begin, n_end);
     else

@@ -115,9 +115,9 @@ class GatedDeltaNet:
     def _decodes_fused(self, mixed: torch.Tensor, conv_states: torch.Tensor, ssm_states: torch.Tensor,
                        spec: bool) -> str | None:
         """The backend that runs the decode rows as one ``gdn_decode_step``, or None (op by op): the switch is
-        on, the tensors are the float32 ones it takes (or bfloat16 ones, for the torch backend), one backend would serve every op it stands for, and that
-        backend serves it in one launch (the torch backend only through its C++ kernel: one token per sequence,
-        CPU tensors, ``qwen_ops._C`` built)."""
+        on, the tensors are the float32 ones it takes (or bfloat16 ones, for the torch backend), one backend
+        would serve every op it stands for, and that backend serves it in one launch (the torch backend only
+        through its C++ kernel: one token per sequence, CPU tensors, ``qwen_ops._C`` built)."""
         if not (_fused_decode_on and mixed.dtype in ACTIVATION_DTYPES and conv_states.dtype == mixed.dtype
                 and self.conv_taps.dtype == mixed.dtype and ssm_states.dtype == torch.float32
                 and conv_states.is_contiguous() and ssm_states.is_contiguous()):

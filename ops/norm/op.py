@@ -57,9 +57,9 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
         scale: float32 [H], contiguous (for Qwen3.5's zero-centred weights ``1 + w``, made once at load).
         eps: finite, >= 0.
     Returns:
-        A new contiguous tensor of x's shape and dtype: float32 arithmetic in the reference's order of operations, the result rounded once
-        to x's dtype. Only the order of the float32 sum of squares differs from torch's ``mean`` (lanes of 16,
-        then the lanes), so it equals ``reference.rms_norm`` up to float32 rounding (bfloat16: up to the
+        A new contiguous tensor of x's shape and dtype: float32 arithmetic in the reference's order of
+        operations, the result rounded once to x's dtype. Only the order of the float32 sum of squares differs
+        from torch's ``mean`` (lanes of 16, then the lanes), so it equals ``reference.rms_norm`` up to float32 rounding (bfloat16: up to the
         rounding that difference can tip).
     Raises:
         RuntimeError naming the argument on a wrong device, dtype, shape, a non-contiguous x or a bad eps (the
