@@ -59,8 +59,8 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
     Returns:
         A new contiguous tensor of x's shape and dtype: float32 arithmetic in the reference's order of
         operations, the result rounded once to x's dtype. Only the order of the float32 sum of squares differs
-        from torch's ``mean`` (lanes of 16, then the lanes), so it equals ``reference.rms_norm`` up to float32 rounding (bfloat16: up to the
-        rounding that difference can tip).
+        from torch's ``mean`` (lanes of 16, then the lanes), so it equals ``reference.rms_norm`` up to float32
+        rounding (bfloat16: up to the rounding that difference can tip).
     Raises:
         RuntimeError naming the argument on a wrong device, dtype, shape, a non-contiguous x or a bad eps (the
         C++ checks); RuntimeError when ``qwen_ops._C`` lacks the kernel.
