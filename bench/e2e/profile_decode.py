@@ -25,8 +25,9 @@ import time
 
 import torch
 
-# Top-level ops that are the projections: the small-M kernel, or F.linear's matmuls.
-PROJECTION_OPS = ("qwen_ops::small_m_linear", "qwen_ops::weight_only_int8_linear", "qwen_ops::int8_linear", "aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
+# Top-level ops that are the projections: the small-M kernel, the INT8 kernels, or F.linear's matmuls.
+PROJECTION_OPS = ("qwen_ops::small_m_linear", "qwen_ops::weight_only_int8_linear", "qwen_ops::int8_linear",
+                  "aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
 
 
 def _labelled(label, fn):

@@ -203,20 +203,12 @@ def test_the_model_calls_the_weight_only_kernel_as_a_cpp_operator(monkeypatch):
     from qwen_ops.model.loading.quantization import Int8Weight
     from qwen_ops.model.network import layers
     from qwen_ops.ops.int8_linear.op import weight_only_cpu_op_available
+    from qwen_op_spy import qwen_op_calls
 
     assert weight_only_cpu_op_available()
     x, w, ws, _, b = operands(3, 40, 96, seed=11)
     weight = Int8Weight(weight=w, weight_scale=ws, scheme="W8A16")
-    calls = []
-    real = torch.ops.qwen_ops.weight_only_int8_linear
-
-    class Spy:
-        def __getattr__(self, name):
-            assert name == "weight_only_int8_linear"
-            return lambda *a: calls.append(a[0].shape) or real(*a)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(layers.torch.ops, "qwen_ops", Spy())
+    with qwen_op_calls(monkeypatch, "weight_only_int8_linear", lambda args: args[0].shape) as calls:
         got = layers.int8_projection(x, weight, b)
     assert calls == [x.shape]
     assert torch.equal(got, int8_linear(x, w, ws, bias=b))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from qwen_op_spy import qwen_op_calls
 from tolerances import RMS_NORM, tol
 
 from qwen_ops.model.network import layers
@@ -105,18 +106,9 @@ def test_traceable_by_torch_compile():
 
 def test_rms_norm_scaled_routes_cpu_tensors_to_the_kernel(monkeypatch):
     x, scale = _operands((2, 64), torch.float32, 3)
-    calls = []
-    real = torch.ops.qwen_ops.rms_norm
-
-    class Spy:
-        def __getattr__(self, name):
-            assert name == "rms_norm"
-            return lambda *a: calls.append(a) or real(*a)
-
     previous = layers.set_rms_norm_kernel(True)
     try:
-        with monkeypatch.context() as patched:
-            patched.setattr(layers.torch.ops, "qwen_ops", Spy())
+        with qwen_op_calls(monkeypatch, "rms_norm", lambda args: args) as calls:
             out = layers.rms_norm_scaled(x, scale, EPS)
         layers.set_rms_norm_kernel(False)
         torch_form = layers.rms_norm_scaled(x, scale, EPS)  # the torch ops, as on other devices

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from qwen_ops.ops.linear import SMALL_M_MAX_ROWS, small_m_linear, small_m_linear_available
 from qwen_ops.ops.linear.reference import small_m_linear_reference
-from small_m_linear_spy import small_m_linear_calls
+from qwen_op_spy import small_m_linear_calls
 from tests.tolerances import SMALL_M_LINEAR, tol
 
 try:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from qwen_ops.ops.linear import SMALL_M_MAX_ROWS, small_m_linear, small_m_linear_bf16_simd
-from small_m_linear_spy import small_m_linear_calls
+from qwen_op_spy import small_m_linear_calls
 from tests.tolerances import SMALL_M_LINEAR_BF16, tol
 
 try:
