@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from qwen_ops.ops import int8_linear, quantize_per_token
 from qwen_ops.ops.int8_linear.reference import dequantize_weight
 from qwen_ops.ops.linear import small_m_linear
+from qwen_ops.model.loading.quantization import Int8Weight
+from qwen_ops.model.network.layers import int8_projection
 
 # [N, K] of the 0.8B model's projections: MLP gate/up and down, GDN in_proj_qkv, attention q (with its gate).
 SHAPES = {"mlp gate/up": (3584, 1024), "mlp down": (1024, 3584), "gdn in_proj_qkv": (6144, 1024),
@@ -50,11 +52,15 @@ def main(argv=None) -> int:
         w32 = [torch.randn(n, k, generator=gen) / k ** 0.5 for _ in range(copies)]
         w8 = [torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8) for _ in range(4 * copies)]
         scale = torch.full((n,), 0.01)
+        int8_weights = [Int8Weight(weight=w, weight_scale=scale, scheme="W8A16") for w in w8]
         for m in (int(r) for r in args.rows.split(",")):
             x = torch.randn(m, k, generator=gen)
             variants = {
                 "float32 small_m_linear": (n * k * 4, lambda i: small_m_linear(x, w32[i % len(w32)])),
                 "INT8 weight-only": (n * k, lambda i: int8_linear(x, w8[i % len(w8)], scale)),
+                # The model's call (layers.int8_projection): the same kernel as a C++ operator where it serves.
+                "INT8 weight-only, the model's call": (
+                    n * k, lambda i: int8_projection(x, int8_weights[i % len(w8)])),
                 "W8A8 (+ per-token quant)": (n * k, lambda i: _w8a8(x, w8[i % len(w8)], scale)),
                 # What the model does with a weight-only projection past WEIGHT_ONLY_KERNEL_MAX_ROWS rows.
                 "INT8 weight-only, dequantized + F.linear": (

@@ -102,10 +102,11 @@ void weight_only_tile(const float* x, const int8_t* w, const float* w_scale, con
 
 constexpr int kWeightOnlyRowsM1 = 8;  // weight rows per tile when x has one row
 // ... except for rows of at most this many weights (1 KB), read one row at a time: one sequential stream,
-// where 8 interleaved 1 KB rows kept the hardware prefetcher from reading ahead. Measured in a standalone
-// harness of this loop (2 threads, medians over 24 weight copies): K = 1024 at 22-34 GB/s one row at a time
-// against 14-18 with 8 rows (the lm_head [248320, 1024]: 27.6 against 15.9); K = 2048 and 3584 faster with 8
-// rows (23 against 19-22, 34.7 against 19.5), where one row's single chain of dependent FMAs is the limit.
+// where 8 interleaved 1 KB rows kept the hardware prefetcher from reading ahead. Chosen in a standalone copy of
+// this loop (a throwaway harness, not in the repository; 2 threads, medians over 24 weight copies): K = 1024 at
+// 22-34 GB/s one row at a time against 14-18 with 8 rows (the lm_head [248320, 1024]: 27.6 against 15.9);
+// K = 2048 and 3584 faster with 8 rows (23 against 19-22, 34.7 against 19.5), where one row's single chain of
+// dependent FMAs is the limit. The kernel itself: bench/e2e/bench_int8_linear.py (bench/RESULTS.md).
 // Each output takes its k in the same order either way, so the result is the same bitwise.
 constexpr int64_t kOneRowAtATimeMaxK = 1024;
 

@@ -3,8 +3,8 @@
 Why: a CPU decode step streams every weight from memory once, so its time is the weights' bytes over the
 read rate. Read through 4 KB pages, every 4 KB of a weight costs a TLB entry and the hardware prefetcher
 stops at each page's end; through 2 MB pages it does not. Measured on this project's 2-core AVX-512 machine
-(a plain sum over 1 GiB, medians of 7): 34.7 against 32.3 GB/s; the decode steps it buys are in
-bench/RESULTS.md ("On the CPU against llama.cpp").
+(``bench/e2e/bench_huge_pages.py``: the decode kernel over the same weights, paired): float32 53.1 against 44.6
+GB/s, bfloat16 33.9 against 31.4; bench/RESULTS.md ("On the CPU against llama.cpp").
 
 How: torch allocates a large tensor with plain ``malloc``, which the kernel backs with 4 KB pages unless THP
 is "always". Here the large tensors are copied, one at a time (so the extra memory is one tensor at most),
