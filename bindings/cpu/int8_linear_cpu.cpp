@@ -147,7 +147,8 @@ void register_int8_linear(pybind11::module_& m) {
 
 // The weight-only kernel as a torch operator too (CPU kernel here, fake in ops/int8_linear/op.py): the model's
 // decode projections call it straight from model/network/layers.py, without int8_linear's Python custom op,
-// whose dispatch and checks cost about 90 us a call (over a hundred calls a decode step of the 0.8B model).
+// whose dispatch and checks cost 60-80 us a call (bench/e2e/bench_int8_linear.py; over a hundred calls a decode
+// step of the 0.8B model).
 // The same checks, here in C++, and the same kernel: the same bits as int8_linear on the torch backend.
 TORCH_LIBRARY_FRAGMENT(qwen_ops, m) {
   m.def("weight_only_int8_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None) -> Tensor");

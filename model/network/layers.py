@@ -105,7 +105,7 @@ def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | No
     if (_WEIGHT_ONLY_CPU_OP and x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous()
             and (bias is None or bias.dtype == torch.float32)):
         # What int8_linear's torch backend runs on the CPU, called as a C++ operator: the same kernel and bits
-        # without the Python custom op's dispatch (about 90 us a call).
+        # without the Python custom op's dispatch (60-80 us a call, bench/e2e/bench_int8_linear.py).
         return torch.ops.qwen_ops.weight_only_int8_linear(x, weight.weight, weight.weight_scale, bias)
     return int8_linear(x, weight.weight, weight.weight_scale, bias=bias)
 
