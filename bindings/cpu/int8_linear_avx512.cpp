@@ -65,21 +65,18 @@ inline __mmask16 first_floats(int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
 }
 
-// RN weight rows against RM rows of x. Each accumulator takes its k in order, 16 at a time, the K tail last
-// (masked), whatever RN and RM: so the output does not depend on the tile (bitwise batch invariance). The
-// main loop reads 64 bytes of each weight row a step (its four 16-byte quarters converted and multiplied in
-// turn). With RN = 8 at M = 1 (kWeightOnlyRowsM1) this loop, timed alone in a standalone harness on the 0.8B
-// shapes (2 threads), read 10-30 % faster from memory than 16 bytes of 4 rows a step: 15.8 against
-// 13.9-14.5 GB/s at K = 1024, 24 against 19 at K = 3584. The conversions are the bound (a plain sum of the
-// same bytes: 23-25 GB/s).
+// RN weight rows (any rows of w: row[j] for j < rn, the rest repeat row[rn - 1] and are not stored) against RM
+// rows of x. Each accumulator takes its k in order, 16 at a time, the K tail last (masked), whatever RN, RM
+// and the rows: so the output does not depend on the tile (bitwise batch invariance). The main loop reads 64
+// bytes of each weight row a step (its four 16-byte quarters converted and multiplied in turn).
 template <int RM, int RN>
 void weight_only_tile(const float* x, const int8_t* w, const float* w_scale, const float* bias, float* out, int64_t N,
-                      int64_t K, int64_t n, int rn, int64_t m) {
+                      int64_t K, const int64_t* row, int rn, int64_t m) {
   __m512 acc[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
   const int8_t* wr[RN];
-  for (int j = 0; j < RN; ++j) wr[j] = w + (n + (j < rn ? j : rn - 1)) * K;
+  for (int j = 0; j < RN; ++j) wr[j] = w + row[j < rn ? j : rn - 1] * K;
   auto step = [&](int64_t k, __mmask16 mask) {
     __m512 wv[RN];
     for (int j = 0; j < RN; ++j)
@@ -95,20 +92,48 @@ void weight_only_tile(const float* x, const int8_t* w, const float* w_scale, con
   for (; k < K; k += 16) step(k, first_floats(K - k));
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < rn; ++j) {
-      const float value = _mm512_reduce_add_ps(acc[i][j]) * w_scale[n + j];
-      out[(m + i) * N + n + j] = bias ? value + bias[n + j] : value;
+      const int64_t n = row[j];
+      const float value = _mm512_reduce_add_ps(acc[i][j]) * w_scale[n];
+      out[(m + i) * N + n] = bias ? value + bias[n] : value;
     }
 }
 
-constexpr int kWeightOnlyRowsM1 = 8;  // weight rows per tile when x has one row
-// ... except for rows of at most this many weights (1 KB), read one row at a time: one sequential stream,
-// where 8 interleaved 1 KB rows kept the hardware prefetcher from reading ahead. Chosen in a standalone copy of
-// this loop (a throwaway harness, not in the repository; 2 threads, medians over 24 weight copies): K = 1024 at
-// 22-34 GB/s one row at a time against 14-18 with 8 rows (the lm_head [248320, 1024]: 27.6 against 15.9);
-// K = 2048 and 3584 faster with 8 rows (23 against 19-22, 34.7 against 19.5), where one row's single chain of
-// dependent FMAs is the limit. The kernel itself: bench/e2e/bench_int8_linear.py (bench/RESULTS.md).
-// Each output takes its k in the same order either way, so the result is the same bitwise.
-constexpr int64_t kOneRowAtATimeMaxK = 1024;
+// Rows n, n + 1, ..., n + rn - 1 of w.
+template <int RM, int RN>
+void weight_only_block(const float* x, const int8_t* w, const float* w_scale, const float* bias, float* out,
+                       int64_t N, int64_t K, int64_t n, int rn, int64_t m) {
+  int64_t row[RN];
+  for (int j = 0; j < RN; ++j) row[j] = n + j;
+  weight_only_tile<RM, RN>(x, w, w_scale, bias, out, N, K, row, rn, m);
+}
+
+// At M = 1 the weight is the whole memory traffic. The columns [n_begin, n_end) are cut into kM1Streams
+// contiguous parts, and a tile takes one row from each part: kM1Streams sequential streams through memory,
+// each row still read whole, in order, by one chain of FMAs, with kM1Streams chains in flight. Measured in a
+// standalone copy of this loop (a throwaway harness, not in the repository; 2 threads, weights in 2 MB pages,
+// medians of 7; bench/e2e/bench_int8_linear.py measures the kernel itself), GB/s at [N, K]:
+//   - one row at a time (a single stream, one chain: the FMA latency is the limit): [248320, 1024] 29.3-29.7,
+//     [3584, 1024] 32.9-33.6, [1024, 3584] 28.0-28.2, [1024, 2048] 34.4;
+//   - 2, 4 or 8 neighbouring rows interleaved (the rows are 1-3.5 KB apart, which the hardware prefetcher
+//     did not follow): 14-19 at K = 1024, 19-32 at K = 2048 and 3584;
+//   - 4 streams: 32.8-33.1, 40.1-40.8, 35.1-37.6, 46.7, the rate of a plain sum of the same bytes (33.8,
+//     36.9, 42.2) or above it.
+// In the engine (bench/e2e/profile_decode.py --quantization int8_weight_only --batch-sizes 1 --prompt-len 128
+// --breakdown) the step's INT8 projections went from 30 to 17 ms, the lm_head [248320, 1024] from 9.9 to 4.9.
+// Each output takes its k in the same order as in every other tile, so the result is the same bitwise.
+constexpr int kM1Streams = 4;
+
+void weight_only_m1(const float* x, const int8_t* w, const float* w_scale, const float* bias, float* out, int64_t N,
+                    int64_t K, int64_t n_begin, int64_t n_end) {
+  const int64_t part = (n_end - n_begin) / kM1Streams;
+  for (int64_t i = 0; i < part; ++i) {
+    int64_t row[kM1Streams];
+    for (int s = 0; s < kM1Streams; ++s) row[s] = n_begin + s * part + i;
+    weight_only_tile<1, kM1Streams>(x, w, w_scale, bias, out, N, K, row, kM1Streams, 0);
+  }
+  for (int64_t n = n_begin + kM1Streams * part; n < n_end; ++n)
+    weight_only_block<1, 1>(x, w, w_scale, bias, out, N, K, n, 1, 0);
+}
 
 // Columns [n_begin, n_end) kRows at a time, every row of x against each column tile (4 rows of x per tile,
 // the last 1-3 in a smaller one).
@@ -144,20 +169,13 @@ void w8a8_linear_avx512_vnni(const int8_t* x, const float* x_scale, const int8_t
 void weight_only_int8_linear_avx512_vnni(const float* x, const int8_t* w, const float* w_scale, const float* bias,
                                          float* out, int64_t M, int64_t N, int64_t K, int64_t n_begin,
                                          int64_t n_end) {
-  if (M == 1 && K <= kOneRowAtATimeMaxK) {
-    for (int64_t n = n_begin; n < n_end; ++n) weight_only_tile<1, 1>(x, w, w_scale, bias, out, N, K, n, 1, 0);
-    return;
-  }
   if (M == 1) {
-    for (int64_t n = n_begin; n < n_end; n += kWeightOnlyRowsM1)
-      weight_only_tile<1, kWeightOnlyRowsM1>(
-          x, w, w_scale, bias, out, N, K, n, static_cast<int>(n_end - n < kWeightOnlyRowsM1 ? n_end - n : kWeightOnlyRowsM1),
-          0);
+    weight_only_m1(x, w, w_scale, bias, out, N, K, n_begin, n_end);
     return;
   }
   auto tile = [&](auto rows) {
     return [&, rows](int64_t n, int rn, int64_t m) {
-      weight_only_tile<decltype(rows)::value, kRows>(x, w, w_scale, bias, out, N, K, n, rn, m);
+      weight_only_block<decltype(rows)::value, kRows>(x, w, w_scale, bias, out, N, K, n, rn, m);
     };
   };
   over_tiles(M, n_begin, n_end, tile(std::integral_constant<int, 1>{}), tile(std::integral_constant<int, 2>{}),

@@ -96,9 +96,10 @@ def test_weight_only_kernel_matches_the_reference(variant, m, n, k):
 @needs_kernels
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_weight_only_rows_do_not_depend_on_the_batch_bitwise(variant):
-    # One row of x runs 8-column tiles and several rows 4-column ones; each output is still summed in one
-    # order (k ascending, 16 at a time, the tail last), so a request's logits do not move with its batch.
-    for m, n, k in [(9, 37, 130), (5, 19, 1027), (3, 8, 64)]:
+    # One row of x runs tiles of one row from each of 4 parts of the columns (n = 3: no parts, one row at a
+    # time), several rows tiles of 4 neighbouring columns; each output is still summed in one order (k
+    # ascending, 16 at a time, the tail last), so a request's logits do not move with its batch.
+    for m, n, k in [(9, 37, 130), (5, 19, 1027), (3, 8, 64), (4, 3, 20)]:
         x, w, ws, _, b = operands(m, n, k, seed=m)
         whole = _C.weight_only_int8_linear_cpu(x, w, ws, b, variant)
         for rows in (slice(0, 1), slice(2, 3), slice(1, 3), slice(m - 1, m)):
