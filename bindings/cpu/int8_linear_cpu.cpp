@@ -27,10 +27,18 @@ constexpr int64_t kColumnsPerUnit = 16;
 
 constexpr const char* kPortable = "portable";
 constexpr const char* kVnni = "avx512_vnni";
+constexpr const char* kBf16 = "avx512_bf16";  // weight-only with bfloat16 x only
 
 std::vector<std::string> variants() {
   std::vector<std::string> names{kPortable};
   if (cpu_has_avx512_vnni()) names.emplace_back(kVnni);
+  return names;
+}
+
+// The kernels weight-only with bfloat16 x can name: the float32 ones (x widened) and the AVX-512 BF16 one.
+std::vector<std::string> bf16_variants() {
+  std::vector<std::string> names = variants();
+  if (cpu_has_avx512_bf16()) names.emplace_back(kBf16);
   return names;
 }
 
@@ -107,10 +115,9 @@ at::Tensor w8a8_linear_cpu(const at::Tensor& x, const at::Tensor& x_scale, const
   return out;
 }
 
-at::Tensor weight_only_int8_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
-                                       const c10::optional<at::Tensor>& bias, const std::string& variant) {
-  check_2d(kWeightOnly, "x", x, at::kFloat, "[M, K]");
-  check_weight(kWeightOnly, x, weight, weight_scale, bias);
+// x float32 [M, K] through the float32 kernel `variant` names.
+at::Tensor weight_only_float32(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                               const c10::optional<at::Tensor>& bias, const std::string& variant) {
   const bool vnni = use_vnni(kWeightOnly, variant);
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
   at::Tensor out = at::empty({m, n}, x.options());
@@ -128,6 +135,42 @@ at::Tensor weight_only_int8_linear_cpu(const at::Tensor& x, const at::Tensor& we
   return out;
 }
 
+// x bfloat16 [M, K]: the AVX-512 BF16 kernel ("" where the CPU has it, or named), else x widened to float32
+// (exact), a float32 kernel, and the result rounded once to bfloat16.
+at::Tensor weight_only_bfloat16(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                                const c10::optional<at::Tensor>& bias, const std::string& variant) {
+  const bool bf16_kernel = variant == kBf16 || (variant.empty() && cpu_has_avx512_bf16());
+  TORCH_CHECK(!bf16_kernel || cpu_has_avx512_bf16(), kWeightOnly, ": argument 'variant' names '", kBf16,
+              "', which this CPU (or this build) does not support");
+  if (!bf16_kernel) return weight_only_float32(x.to(at::kFloat), weight, weight_scale, bias, variant).to(at::kBFloat16);
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0 || n == 0) return out;
+#if defined(QWEN_OPS_X86_KERNELS)
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const int8_t* wp = weight.data_ptr<int8_t>();
+  const float* ws = weight_scale.data_ptr<float>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  over_columns(n, k, 1, [&](int64_t begin, int64_t end) {
+    weight_only_int8_linear_bf16_avx512(xp, wp, ws, bp, op, m, n, k, begin, end);
+  });
+#endif
+  return out;
+}
+
+at::Tensor weight_only_int8_linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                                       const c10::optional<at::Tensor>& bias, const std::string& variant) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, kWeightOnly,
+              ": argument 'x' must be float32 or bfloat16, got ", x.scalar_type());
+  check_2d(kWeightOnly, "x", x, x.scalar_type(), "[M, K]");
+  check_weight(kWeightOnly, x, weight, weight_scale, bias);
+  if (x.scalar_type() == at::kBFloat16) return weight_only_bfloat16(x, weight, weight_scale, bias, variant);
+  TORCH_CHECK(variant != kBf16, kWeightOnly, ": argument 'variant' names '", kBf16,
+              "', a kernel for bfloat16 x; x is float32");
+  return weight_only_float32(x, weight, weight_scale, bias, variant);
+}
+
 }  // namespace
 
 void register_int8_linear(pybind11::module_& m) {
@@ -139,8 +182,12 @@ void register_int8_linear(pybind11::module_& m) {
         "x int8 [M, K], x_scale float32 [M], weight int8 [N, K], weight_scale float32 [N], quant_bias int32 [N].");
   m.def("weight_only_int8_linear_cpu", &weight_only_int8_linear_cpu, py::arg("x"), py::arg("weight"),
         py::arg("weight_scale"), py::arg("bias") = py::none(), py::arg("variant") = "",
-        "float32 [M, N] = (x @ float(weight)^T) * weight_scale (+ bias): x float32 [M, K], weight int8 [N, K].");
+        "[M, N] in x's dtype = (x @ float(weight)^T) * weight_scale (+ bias), float32 sums: x float32 or bfloat16 "
+        "[M, K], weight int8 [N, K], weight_scale and bias float32 [N].");
   m.def("int8_linear_variants", &variants, "The INT8 linear kernel variants this CPU runs, portable first.");
+  m.def("weight_only_int8_linear_bf16_variants", &bf16_variants,
+        "The kernels weight_only_int8_linear_cpu runs for bfloat16 x on this CPU: the float32 ones (x widened), "
+        "then avx512_bf16 where the CPU has it.");
 }
 
 }  // namespace qwen_ops::cpu
@@ -151,6 +198,7 @@ void register_int8_linear(pybind11::module_& m) {
 // step of the 0.8B model).
 // The same checks, here in C++, and the same kernel: the same bits as int8_linear on the torch backend.
 TORCH_LIBRARY_FRAGMENT(qwen_ops, m) {
+  // x float32 or bfloat16 [M, K] -> [M, N] in x's dtype; weight int8 [N, K], weight_scale and bias float32 [N].
   m.def("weight_only_int8_linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None) -> Tensor");
 }
 

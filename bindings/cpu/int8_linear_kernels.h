@@ -6,7 +6,9 @@
 //     order, each a float32 operation (the files are compiled with -ffp-contract=off so no multiply and add
 //     fuse): every variant gives the same bits as ops/int8_linear/reference.py.
 //   weight-only (float32 activations): out[m, n] = (sum_k x[m, k] * float(w[n, k])) * w_scale[n] (+ bias[n]),
-//     summed in float32 in each variant's own order (float32 rounding apart from the reference).
+//     summed in float32 in each variant's own order (float32 rounding apart from the reference). bfloat16
+//     activations: the same in float32, rounded once to bfloat16 (the dispatcher widens x for the float32
+//     kernels; the AVX-512 BF16 one reads it as it is).
 //
 // Plain C++ on raw pointers, each instruction-set variant its own translation unit with its own -m flags
 // (CMakeLists.txt), none including torch; the dispatcher (int8_linear_cpu.cpp) checks the tensors and splits
@@ -36,6 +38,12 @@ void w8a8_linear_avx512_vnni(const int8_t* x, const float* x_scale, const int8_t
                              int64_t K, int64_t n_begin, int64_t n_end);
 void weight_only_int8_linear_avx512_vnni(const float* x, const int8_t* w, const float* w_scale, const float* bias,
                                          float* out, int64_t M, int64_t N, int64_t K, int64_t n_begin,
+                                         int64_t n_end);
+// Weight-only with bfloat16 x and out (uint16_t holding bfloat16's bits), AVX-512 F/BW/VL with BF16 (vdpbf16ps):
+// only where cpu_has_avx512_bf16(). out[m, n] = bfloat16(sum_k float(x[m, k]) * float(w[n, k]) * w_scale[n]
+// (+ bias[n])), float32 sums in its own order, one rounding.
+void weight_only_int8_linear_bf16_avx512(const uint16_t* x, const int8_t* w, const float* w_scale, const float* bias,
+                                         uint16_t* out, int64_t M, int64_t N, int64_t K, int64_t n_begin,
                                          int64_t n_end);
 #endif
 

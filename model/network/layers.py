@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ...ops.int8_linear import int8_linear, quantize_per_token, quantize_static
-from ...ops.int8_linear.op import weight_only_cpu_op_available
+from ...ops.int8_linear.op import WEIGHT_ONLY_CPU_X_DTYPES, weight_only_cpu_op_available
 from ...ops.int8_linear.reference import dequantize_weight
 from ...ops.linear import SMALL_M_MAX_ROWS, small_m_linear_available, small_m_linear_bf16_simd
 from ...ops.norm import rms_norm_available
@@ -102,8 +102,8 @@ def int8_projection(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | No
                            bias=bias, out_dtype=x.dtype)
     if x.shape[0] > WEIGHT_ONLY_KERNEL_MAX_ROWS:
         return linear(x, dequantize_weight(weight.weight, weight.weight_scale).to(x.dtype), bias)
-    if (_WEIGHT_ONLY_CPU_OP and x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous()
-            and (bias is None or bias.dtype == torch.float32)):
+    if (_WEIGHT_ONLY_CPU_OP and x.device.type == "cpu" and x.dtype in WEIGHT_ONLY_CPU_X_DTYPES
+            and x.is_contiguous() and (bias is None or bias.dtype == torch.float32)):
         # What int8_linear's torch backend runs on the CPU, called as a C++ operator: the same kernel and bits
         # without the Python custom op's dispatch (60-80 us a call, bench/e2e/bench_int8_linear.py).
         return torch.ops.qwen_ops.weight_only_int8_linear(x, weight.weight, weight.weight_scale, bias)

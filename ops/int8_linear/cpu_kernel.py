@@ -28,5 +28,7 @@ def int8_linear(*, x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype
         kernel = cpu_kernel("weight_only_int8_linear_cpu")
         if kernel is None:
             return int8_linear_reference(x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype)
-        out = kernel(x.to(F32).contiguous(), weight.contiguous(), weight_scale, b)
+        # float32 and bfloat16 x go in as they are (bfloat16 has its own AVX-512 BF16 kernel); float16 is widened.
+        xk = x if x.dtype in (F32, torch.bfloat16) else x.to(F32)
+        out = kernel(xk.contiguous(), weight.contiguous(), weight_scale, b)
     return out if out.dtype == out_dtype else out.to(out_dtype)

@@ -59,9 +59,13 @@ def _check(x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype):
 WEIGHT_ONLY_CPU_OP = "weight_only_int8_linear"
 
 
+# x's dtypes for the C++ operator: bfloat16 is widened to float32 (exact) and the result rounded once back.
+WEIGHT_ONLY_CPU_X_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def _weight_only_cpu_fake(x, weight, weight_scale, bias=None):
-    """``weight_only_int8_linear``'s fake: float32 x [M, K] -> float32 [M, N]."""
-    check.tensor(WEIGHT_ONLY_CPU_OP, "x", x, dtypes=(torch.float32,), ndim=2, layout="[M, K]")
+    """``weight_only_int8_linear``'s fake: float32 or bfloat16 x [M, K] -> [M, N] in x's dtype."""
+    check.tensor(WEIGHT_ONLY_CPU_OP, "x", x, dtypes=WEIGHT_ONLY_CPU_X_DTYPES, ndim=2, layout="[M, K]")
     _check(x, weight, weight_scale, None, None, bias, None)
     return x.new_empty((x.shape[0], weight.shape[0]))
 

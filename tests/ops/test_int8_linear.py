@@ -4,7 +4,8 @@ W8A8 outputs are compared bitwise (tests/tolerances.py INT8_WEIGHT_ONLY_VS_REFER
 tolerance): every variant this CPU runs (``qwen_ops._C.int8_linear_variants()``: portable, and AVX-512 VNNI
 where the CPU has it) over the sizes where a SIMD kernel goes wrong: M = 1..9 and 17 (tiles of 4 rows of x and
 their remainders), N not a multiple of 4 or 16 (short tiles, thread units), K around 64 (the masked K tail).
-The Triton kernel has its own file (tests/triton/test_int8_linear_triton.py).
+Weight-only with bfloat16 x runs the same sizes on every kernel ``weight_only_int8_linear_bf16_variants()``
+names. The Triton kernel has its own file (tests/triton/test_int8_linear_triton.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ except ImportError:  # pragma: no cover - a pure-Python install has no CPU kerne
 
 HAS_KERNELS = _C is not None and hasattr(_C, "int8_linear_variants")
 VARIANTS = _C.int8_linear_variants() if HAS_KERNELS else []
+# Weight-only with bfloat16 x: the float32 kernels (x widened) and the AVX-512 BF16 one where the CPU has it.
+BF16_VARIANTS = _C.weight_only_int8_linear_bf16_variants() if HAS_KERNELS else []
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="qwen_ops._C is not built (QWEN_OPS_BUILD_EXT=0)")
 SIZES = ([(m, n, k) for m in (1, 2, 3, 4, 5, 7, 9, 17) for n, k in ((1, 1), (5, 7), (17, 64), (33, 65))]
          + [(1, 3, 1027), (6, 40, 130), (64, 16, 63), (2, 1, 4096)])
@@ -104,6 +107,72 @@ def test_weight_only_rows_do_not_depend_on_the_batch_bitwise(variant):
         whole = _C.weight_only_int8_linear_cpu(x, w, ws, b, variant)
         for rows in (slice(0, 1), slice(2, 3), slice(1, 3), slice(m - 1, m)):
             assert torch.equal(_C.weight_only_int8_linear_cpu(x[rows].contiguous(), w, ws, b, variant), whole[rows])
+
+
+@needs_kernels
+@pytest.mark.parametrize("variant", BF16_VARIANTS)
+@pytest.mark.parametrize("m,n,k", SIZES)
+def test_weight_only_bfloat16_kernels_match_the_reference(variant, m, n, k):
+    """bfloat16 x: float32 sums rounded once, so each output is the reference's or, where the sums' order moves
+    the float32 value across a rounding boundary, one bfloat16 step from it."""
+    x, w, ws, _, b = operands(m, n, k, seed=3 * m + n + k)
+    x = x.to(torch.bfloat16)
+    for bias in (b, None):
+        out = _C.weight_only_int8_linear_cpu(x, w, ws, bias, variant)
+        ref = int8_linear_reference(x, w, ws, bias=bias)
+        assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+        exact = (x.double() @ w.double().T) * ws.double() + (0 if bias is None else bias.double())
+        step = torch.finfo(torch.bfloat16).eps * exact.abs().clamp_min(1e-30)
+        # Within one bfloat16 step of the exact product (the rounding plus float32 sums), as the reference is.
+        assert ((out.double() - exact).abs() <= step).all(), (variant, m, n, k)
+        assert (out == ref).float().mean() >= 0.9, (variant, m, n, k)
+
+
+@needs_kernels
+@pytest.mark.parametrize("variant", BF16_VARIANTS)
+def test_weight_only_bfloat16_rows_do_not_depend_on_the_batch_bitwise(variant):
+    # The AVX-512 BF16 kernel widens the weight in registers at M = 1 and into a block buffer past it; both sum
+    # each output in one order (pairs of k, 32 at a time, the tail last). The outputs are bfloat16, which hides
+    # most float32 differences of order, so x makes the order show: +2^20 at the even k of the first 32 and
+    # -2^20 at those of the next 32, against weights of 127 there. Each lane's sum passes through 127 * 2^20
+    # (a float32 step of 16) and back, and what the smaller products lose on the way depends on when they
+    # come: two accumulators taking alternate steps moved outputs by more than a bfloat16 step (checked).
+    for m, n, k in [(9, 37, 130), (5, 19, 1027), (3, 8, 64), (4, 3, 70), (6, 9, 4096)]:
+        x, w, ws, _, b = operands(m, n, k, seed=m)
+        x[:, 0:32:2], x[:, 32:64:2], w[:, 0:64:2] = 2.0 ** 20, -(2.0 ** 20), 127
+        x = x.to(torch.bfloat16)
+        whole = _C.weight_only_int8_linear_cpu(x, w, ws, b, variant)
+        for rows in (slice(0, 1), slice(2, 3), slice(1, 3), slice(m - 1, m)):
+            assert torch.equal(_C.weight_only_int8_linear_cpu(x[rows].contiguous(), w, ws, b, variant), whole[rows])
+
+
+@needs_kernels
+@pytest.mark.parametrize("variant", BF16_VARIANTS)
+@pytest.mark.parametrize("m,n,k", SIZES)
+def test_weight_only_bfloat16_kernels_match_the_reference(variant, m, n, k):
+    """bfloat16 x: float32 sums rounded once, so each output is the reference's or, where the sums' order moves
+    the float32 value across a rounding boundary, one bfloat16 step from it."""
+    x, w, ws, _, b = operands(m, n, k, seed=3 * m + n + k)
+    x = x.to(torch.bfloat16)
+    for bias in (b, None):
+        out = _C.weight_only_int8_linear_cpu(x, w, ws, bias, variant)
+        ref = int8_linear_reference(x, w, ws, bias=bias)
+        assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+        exact = (x.double() @ w.double().T) * ws.double() + (0 if bias is None else bias.double())
+        step = torch.finfo(torch.bfloat16).eps * exact.abs().clamp_min(1e-30)
+        # Within one bfloat16 step of the exact product (the rounding plus float32 sums), as the reference is.
+        assert ((out.double() - exact).abs() <= step).all(), (variant, m, n, k)
+        assert (out == ref).float().mean() >= 0.9, (variant, m, n, k)
+
+
+@needs_kernels
+def test_weight_only_kernel_names_are_checked_against_x():
+    x, w, ws, _, b = operands(2, 8, 32)
+    with pytest.raises(RuntimeError, match="'avx512_bf16', a kernel for bfloat16 x; x is float32"):
+        _C.weight_only_int8_linear_cpu(x, w, ws, b, "avx512_bf16")
+    with pytest.raises(RuntimeError, match="argument 'x' must be float32 or bfloat16, got Half"):
+        _C.weight_only_int8_linear_cpu(x.half(), w, ws, b)
+    assert BF16_VARIANTS[: len(VARIANTS)] == VARIANTS
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -198,9 +267,11 @@ def test_torch_compile_traces_the_op():
 
 
 @needs_kernels
-def test_the_model_calls_the_weight_only_kernel_as_a_cpp_operator(monkeypatch):
-    """``int8_projection`` sends float32 CPU rows straight to ``torch.ops.qwen_ops.weight_only_int8_linear``: the
-    torch backend's kernel, so the same bits as ``int8_linear``, without its Python custom op."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_model_calls_the_weight_only_kernel_as_a_cpp_operator(monkeypatch, dtype):
+    """``int8_projection`` sends float32 and bfloat16 CPU rows straight to
+    ``torch.ops.qwen_ops.weight_only_int8_linear``: the torch backend's kernel (bfloat16 widened to float32, the
+    result rounded once), so the same bits as ``int8_linear``, without its Python custom op."""
     from qwen_ops.model.loading.quantization import Int8Weight
     from qwen_ops.model.network import layers
     from qwen_ops.ops.int8_linear.op import weight_only_cpu_op_available
@@ -208,10 +279,12 @@ def test_the_model_calls_the_weight_only_kernel_as_a_cpp_operator(monkeypatch):
 
     assert weight_only_cpu_op_available()
     x, w, ws, _, b = operands(3, 40, 96, seed=11)
+    x = x.to(dtype)
     weight = Int8Weight(weight=w, weight_scale=ws, scheme="W8A16")
     with qwen_op_calls(monkeypatch, "weight_only_int8_linear", lambda args: args[0].shape) as calls:
         got = layers.int8_projection(x, weight, b)
     assert calls == [x.shape]
+    assert got.dtype == dtype
     assert torch.equal(got, int8_linear(x, w, ws, bias=b))
     compiled = torch.compile(lambda a: layers.int8_projection(a, weight, b), backend="eager", fullgraph=True)
     assert torch.equal(compiled(x), got)
