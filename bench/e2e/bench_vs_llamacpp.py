@@ -14,7 +14,8 @@ Steps (each reuses what an earlier run left in ``--work``):
 4. Timings, 2 threads each, the engines alternating (qwen_ops, llama.cpp, qwen_ops, ...), ``--repeats``
    rounds, medians: decode at batch 1 (128-token prompt, 64 new), prefill of one 512-token prompt, and 16
    parallel sequences (16-token prompts, 64 new, decode tok/s summed), at float32/f32, bfloat16/bf16 and
-   INT8 (qwen_ops' weight-only INT8) against q8_0; the load time of each.
+   INT8 (qwen_ops' weight-only INT8, with float32 activations and with bfloat16 ones) against q8_0; the load
+   time of each.
 Run on a 0.8B-shaped checkpoint (``--make-0p8b``): bench/RESULTS.md, "On the CPU against llama.cpp".
 Printed: one markdown table (precision, workload, qwen_ops tok/s, llama.cpp tok/s, ratio), the loads, the
 agreement and the machine's load average. Nothing is asserted; ``--parse-only FILE`` re-reads saved tool
@@ -41,6 +42,8 @@ PRECISIONS = {
     "float32": ({"dtype": "float32"}, "f32"),
     "bfloat16": ({"dtype": "bfloat16"}, "bf16"),
     "int8": ({"dtype": "float32", "quantization": "int8_weight_only"}, "q8_0"),
+    # The same INT8 weights with bfloat16 activations (q8_0 rounds its activations to 8 bits, both of ours keep more)
+    "int8-bf16": ({"dtype": "bfloat16", "quantization": "int8_weight_only"}, "q8_0"),
 }
 DECODE = dict(prompt=128, new=64)
 PREFILL = dict(prompt=512)
