@@ -49,7 +49,9 @@ def test_smoke_run_is_well_formed_and_tokens_match():
         wall, tps, ttft, itl = (float(x) for x in r[5:9])
         assert requests > 0 and prompt_tok >= requests and output_tok > 0, r
         assert wall > 0 and tps > 0 and ttft > 0 and itl > 0, r
-        assert abs(tps - output_tok / wall) <= 0.01 * tps + 0.1, r  # the rate is the row's own tokens over time
+        # The rate is the row's own tokens over time. wall is printed to the millisecond, so the rate recomputed
+        # from it is off by up to 0.5 ms / wall of itself besides (a 40 ms smoke run: 1.25 %).
+        assert abs(tps - output_tok / wall) <= (0.01 + 0.0005 / wall) * tps + 0.1, r
         assert re.fullmatch(r"\d+\.\d\dx", r[9]), r
         assert r[10] in ("ref", "yes", "no"), r
         if r[1].startswith("qwen_ops LLM"):
