@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "int8_linear_kernels.h"
+#include "int8_linear_m1_streams.h"
 
 namespace qwen_ops::cpu {
 
@@ -107,11 +108,9 @@ void weight_only_block(const float* x, const int8_t* w, const float* w_scale, co
   weight_only_tile<RM, RN>(x, w, w_scale, bias, out, N, K, row, rn, m);
 }
 
-// At M = 1 the weight is the whole memory traffic. The columns [n_begin, n_end) are cut into kM1Streams
-// contiguous parts, and a tile takes one row from each part: kM1Streams sequential streams through memory,
-// each row still read whole, in order, by one chain of FMAs, with kM1Streams chains in flight. Measured in a
-// standalone copy of this loop (a throwaway harness, not in the repository; 2 threads, weights in 2 MB pages,
-// medians of 7; bench/e2e/bench_int8_linear.py measures the kernel itself), GB/s at [N, K]:
+// At M = 1: 4 sequential streams (int8_linear_m1_streams.h), chosen in a standalone copy of this loop (a
+// throwaway harness, not in the repository; 2 threads, weights in 2 MB pages, medians of 7;
+// bench/e2e/bench_int8_linear.py measures the kernel itself), GB/s at [N, K]:
 //   - one row at a time (a single stream, one chain: the FMA latency is the limit): [248320, 1024] 29.3-29.7,
 //     [3584, 1024] 32.9-33.6, [1024, 3584] 28.0-28.2, [1024, 2048] 34.4;
 //   - 2, 4 or 8 neighbouring rows interleaved (the rows are 1-3.5 KB apart, which the hardware prefetcher
@@ -120,19 +119,12 @@ void weight_only_block(const float* x, const int8_t* w, const float* w_scale, co
 //     36.9, 42.2) or above it.
 // In the engine (bench/e2e/profile_decode.py --quantization int8_weight_only --batch-sizes 1 --prompt-len 128
 // --breakdown) the step's INT8 projections went from 30 to 17 ms, the lm_head [248320, 1024] from 9.9 to 4.9.
-// Each output takes its k in the same order as in every other tile, so the result is the same bitwise.
-constexpr int kM1Streams = 4;
-
 void weight_only_m1(const float* x, const int8_t* w, const float* w_scale, const float* bias, float* out, int64_t N,
                     int64_t K, int64_t n_begin, int64_t n_end) {
-  const int64_t part = (n_end - n_begin) / kM1Streams;
-  for (int64_t i = 0; i < part; ++i) {
-    int64_t row[kM1Streams];
-    for (int s = 0; s < kM1Streams; ++s) row[s] = n_begin + s * part + i;
-    weight_only_tile<1, kM1Streams>(x, w, w_scale, bias, out, N, K, row, kM1Streams, 0);
-  }
-  for (int64_t n = n_begin + kM1Streams * part; n < n_end; ++n)
-    weight_only_block<1, 1>(x, w, w_scale, bias, out, N, K, n, 1, 0);
+  over_m1_streams(
+      n_begin, n_end,
+      [&](const int64_t* row) { weight_only_tile<1, kM1Streams>(x, w, w_scale, bias, out, N, K, row, kM1Streams, 0); },
+      [&](int64_t n) { weight_only_block<1, 1>(x, w, w_scale, bias, out, N, K, n, 1, 0); });
 }
 
 // Columns [n_begin, n_end) kRows at a time, every row of x against each column tile (4 rows of x per tile,

@@ -11,8 +11,8 @@
 // (2l, 2l + 1) of each 32 elements of K in turn, the K tail last (lanes past K are 0 in both operands), then
 // _mm512_reduce_add_ps; so row m of the result does not depend on the batch (bitwise batch invariance).
 //
-//   M = 1: the weight is the whole memory traffic; as the float32 kernel, kM1Streams sequential streams, one
-//     row from each of kM1Streams contiguous parts of the columns, each row widened in registers.
+//   M = 1: the weight is the whole memory traffic; as the float32 kernel, kM1Streams sequential streams
+//     (int8_linear_m1_streams.h), each row widened in registers.
 //   M > 1: each kBlockRows weight rows are widened once into a bfloat16 buffer (L1 for K <= 2048), then every
 //     tile of up to 4 rows of x runs against it: the widening is paid once per weight, not once per tile.
 #include <immintrin.h>
@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "int8_linear_kernels.h"
+#include "int8_linear_m1_streams.h"
 
 namespace qwen_ops::cpu {
 
 namespace {
 
 constexpr int64_t kStep = 32;  // K elements per vdpbf16ps
-constexpr int kM1Streams = 4;
 constexpr int kBlockRows = 4;
 
 inline __mmask32 first_elements(int64_t count) {
@@ -58,13 +58,14 @@ inline uint16_t output(float sum, int64_t n, const float* w_scale, const float* 
   return to_bfloat16(bias ? value + bias[n] : value);
 }
 
-// One row of x against kM1Streams weight rows (row[s]), each widened as it is read (written as block_tile).
+// One row of x against S weight rows (row[s]), each widened as it is read (written as block_tile).
+template <int S>
 void m1_tile(const uint16_t* x, const int8_t* w, const float* w_scale, const float* bias, uint16_t* out, int64_t K,
              const int64_t* row) {
-  __m512 acc[kM1Streams];
-  const int8_t* wr[kM1Streams];
+  __m512 acc[S];
+  const int8_t* wr[S];
 #pragma GCC unroll 4
-  for (int s = 0; s < kM1Streams; ++s) {
+  for (int s = 0; s < S; ++s) {
     acc[s] = _mm512_setzero_ps();
     wr[s] = w + row[s] * K;
   }
@@ -72,24 +73,13 @@ void m1_tile(const uint16_t* x, const int8_t* w, const float* w_scale, const flo
     const __mmask32 mask = first_elements(K - k);
     const __m512bh xv = load_x(x + k, mask);
 #pragma GCC unroll 4
-    for (int s = 0; s < kM1Streams; ++s)
+    for (int s = 0; s < S; ++s)
       acc[s] = _mm512_dpbf16_ps(acc[s], widen(_mm256_maskz_loadu_epi8(mask, wr[s] + k)), xv);
   }
-  float sums[kM1Streams];
+  float sums[S];
 #pragma GCC unroll 4
-  for (int s = 0; s < kM1Streams; ++s) sums[s] = _mm512_reduce_add_ps(acc[s]);
-  for (int s = 0; s < kM1Streams; ++s) out[row[s]] = output(sums[s], row[s], w_scale, bias);
-}
-
-// The same for one weight row (the columns left over by the parts).
-void m1_row(const uint16_t* x, const int8_t* w, const float* w_scale, const float* bias, uint16_t* out, int64_t K,
-            int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k += kStep) {
-    const __mmask32 mask = first_elements(K - k);
-    acc = _mm512_dpbf16_ps(acc, widen(_mm256_maskz_loadu_epi8(mask, w + n * K + k)), load_x(x + k, mask));
-  }
-  out[n] = output(_mm512_reduce_add_ps(acc), n, w_scale, bias);
+  for (int s = 0; s < S; ++s) sums[s] = _mm512_reduce_add_ps(acc[s]);
+  for (int s = 0; s < S; ++s) out[row[s]] = output(sums[s], row[s], w_scale, bias);
 }
 
 // RM rows of x from m against the rn (<= kBlockRows) widened weight rows of `block` ([kBlockRows][padded K],
@@ -131,13 +121,9 @@ void weight_only_int8_linear_bf16_avx512(const uint16_t* x, const int8_t* w, con
                                          uint16_t* out, int64_t M, int64_t N, int64_t K, int64_t n_begin,
                                          int64_t n_end) {
   if (M == 1) {
-    const int64_t part = (n_end - n_begin) / kM1Streams;
-    for (int64_t i = 0; i < part; ++i) {
-      int64_t row[kM1Streams];
-      for (int s = 0; s < kM1Streams; ++s) row[s] = n_begin + s * part + i;
-      m1_tile(x, w, w_scale, bias, out, K, row);
-    }
-    for (int64_t n = n_begin + kM1Streams * part; n < n_end; ++n) m1_row(x, w, w_scale, bias, out, K, n);
+    over_m1_streams(
+        n_begin, n_end, [&](const int64_t* row) { m1_tile<kM1Streams>(x, w, w_scale, bias, out, K, row); },
+        [&](int64_t n) { m1_tile<1>(x, w, w_scale, bias, out, K, &n); });
     return;
   }
   const int64_t padded = (K + kStep - 1) / kStep * kStep;
