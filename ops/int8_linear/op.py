@@ -54,12 +54,12 @@ def _check(x, weight, weight_scale, x_scale, quant_bias, bias, out_dtype):
 
 
 # The CPU weight-only kernel as its own torch operator (bindings/cpu/int8_linear_cpu.cpp), which the model's
-# decode projections call directly (model/network/layers.py int8_projection): float32 x [M, K] contiguous, the
-# torch backend's kernel without this op's Python dispatch. Its fake is registered here.
+# decode projections call directly (model/network/layers.py int8_projection): x [M, K] contiguous, the torch
+# backend's kernel without this op's Python dispatch. Its fake is registered here.
 WEIGHT_ONLY_CPU_OP = "weight_only_int8_linear"
 
-
-# x's dtypes for the C++ operator: bfloat16 is widened to float32 (exact) and the result rounded once back.
+# x's dtypes for the C++ operator; the result is in x's dtype (bfloat16: float32 sums rounded once, by the
+# AVX-512 BF16 kernel where the CPU has it, else by the float32 kernel on x widened).
 WEIGHT_ONLY_CPU_X_DTYPES = (torch.float32, torch.bfloat16)
 
 

@@ -14,15 +14,9 @@ import math
 import torch
 
 from .. import _validate as check
-from .._cpu_kernels import cpu_torch_op_available
+from .._cpu_kernels import LazyCpuOp
 
 OP = "rms_norm"
-_AVAILABLE = cpu_torch_op_available(OP)  # False on a pure-Python install (QWEN_OPS_BUILD_EXT=0)
-
-
-def rms_norm_available() -> bool:
-    """True when ``qwen_ops._C`` was built with the CPU kernel."""
-    return _AVAILABLE
 
 
 def _check(x, scale, eps):
@@ -42,11 +36,18 @@ def _check(x, scale, eps):
         raise ValueError(f"{OP}: argument 'eps' must be finite and >= 0, got {eps!r}")
 
 
-if _AVAILABLE:
-    @torch.library.register_fake(f"qwen_ops::{OP}")
-    def _rms_norm_fake(x, scale, eps):
-        _check(x, scale, eps)
-        return x.new_empty(x.shape)
+def _rms_norm_fake(x, scale, eps):
+    _check(x, scale, eps)
+    return x.new_empty(x.shape)
+
+
+_CPU_KERNEL = LazyCpuOp(OP, _rms_norm_fake)
+
+
+def rms_norm_available() -> bool:
+    """True when ``qwen_ops._C`` was built with the CPU kernel (False on a pure-Python install,
+    ``QWEN_OPS_BUILD_EXT=0``). The first call loads the extension and registers the operator's fake."""
+    return _CPU_KERNEL.available()
 
 
 def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
@@ -65,6 +66,6 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
         RuntimeError naming the argument on a wrong device, dtype, shape, a non-contiguous x or a bad eps (the
         C++ checks); RuntimeError when ``qwen_ops._C`` lacks the kernel.
     """
-    if not _AVAILABLE:
+    if not rms_norm_available():
         raise RuntimeError(f"{OP}: qwen_ops._C is not built (or lacks the CPU kernel); use the torch form")
     return torch.ops.qwen_ops.rms_norm(x, scale, float(eps))
