@@ -13,7 +13,8 @@
 //      (as ops/conv: y = x * w[K-1] + sum_{k<K-1} state[k] * w[k], state <- its K-2 newest inputs, then x);
 //   2. q, k L2-normalised (q scaled by Dk^-0.5); per value head of the key head's group, the gates
 //      g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b) (ops/gdn/reference_gating.py), the
-//      delta-rule step (gdn_head_update.h), and the gated RMSNorm w * rmsnorm(o) * silu(z) (model/layers.py).
+//      delta-rule step (gdn_head_update.h, the widest variant the CPU runs: gdn_head_update_kernels.h), and
+//      the gated RMSNorm w * rmsnorm(o) * silu(z) (model/layers.py).
 // The same operations in the same order as that composition; only the order of the float32 sums over a
 // head (and exp's last bit against torch's vectorised exp) differ, so the two agree to float32 rounding.
 // In bfloat16 the composition rounds to bfloat16 where each of its ops returns (the conv output, beta, the
@@ -29,8 +30,9 @@
 #include <cmath>
 #include <vector>
 
+#include "bindings/cpu/cpu_features.h"
 #include "bindings/cpu/dtype_names.h"
-#include "bindings/cpu/gdn_head_update.h"
+#include "bindings/cpu/gdn_head_update_kernels.h"
 
 namespace qwen_ops::cpu {
 namespace {
@@ -94,6 +96,7 @@ void run(const at::Tensor& mixed_qkv, const at::Tensor& z, const at::Tensor& b, 
          at::Tensor& conv_states, const at::Tensor& conv_taps, at::Tensor& ssm_states, const at::Tensor& A_log,
          const at::Tensor& dt_bias, const at::Tensor& norm_weight, const std::vector<int64_t>& slots, double eps,
          at::Tensor& out) {
+  const GdnHeadDecode gdn_head_decode = QWEN_OPS_KERNEL_FOR_ISA(best_isa(), gdn_head_decode);
   const int64_t batch = mixed_qkv.size(0), channels = mixed_qkv.size(1);
   const int64_t hv = ssm_states.size(1), dk = ssm_states.size(2), dv = ssm_states.size(3), value_dim = hv * dv;
   const int64_t key_dim = (channels - value_dim) / 2, hk = key_dim / dk;

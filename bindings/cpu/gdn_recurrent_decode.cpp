@@ -7,14 +7,17 @@
 // for the decay and the rank-1 write, the second pass hitting the core's cache (64 KiB per state).
 // The (sequence, value head) pairs are split over ATen's intra-op threads (at::parallel_for).
 //
-// Math: gdn_head_update.h (the vectorised form's, see its docstring).
+// Math: gdn_head_update.h (the vectorised form's, see its docstring), run by the widest variant the CPU
+// supports (gdn_head_update_kernels.h) or the one the caller names (the tests run each).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
 
+#include <string>
 #include <vector>
 
-#include "bindings/cpu/gdn_head_update.h"
+#include "bindings/cpu/cpu_features.h"
+#include "bindings/cpu/gdn_head_update_kernels.h"
 #include "bindings/cpu/pool_slots.h"
 
 namespace qwen_ops::cpu {
@@ -22,8 +25,10 @@ namespace {
 
 void gdn_recurrent_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
                           const at::Tensor& beta, at::Tensor& pool, const at::Tensor& slots, const at::Tensor& fresh,
-                          at::Tensor& out) {
+                          at::Tensor& out, const std::string& isa) {
   const char* op = "gdn_recurrent_decode_cpu";
+  const GdnHeadDecode gdn_head_decode =
+      QWEN_OPS_KERNEL_FOR_ISA(isa.empty() ? best_isa() : isa_from_name(op, isa), gdn_head_decode);
   const at::Tensor* dense[] = {&q, &k, &v, &g, &beta, &pool, &out};
   for (const at::Tensor* t : dense) {
     TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous(), op,
@@ -75,10 +80,11 @@ void gdn_recurrent_decode(const at::Tensor& q, const at::Tensor& k, const at::Te
 void register_gdn_recurrent_decode(pybind11::module_& m) {
   m.def("gdn_recurrent_decode_cpu", &gdn_recurrent_decode, pybind11::arg("q"), pybind11::arg("k"),
         pybind11::arg("v"), pybind11::arg("g"), pybind11::arg("beta"), pybind11::arg("pool"),
-        pybind11::arg("slots"), pybind11::arg("fresh"), pybind11::arg("out"),
+        pybind11::arg("slots"), pybind11::arg("fresh"), pybind11::arg("out"), pybind11::arg("isa") = "",
         "One gated-delta-rule decode step on a float32 state pool, in place (CPU). q, k float32 [B, Hk, Dk] "
         "(normalised and scaled); v [B, Hv, Dv]; g, beta [B, Hv]; pool [S, Hv, Dk, Dv]; slots int64 [B] "
-        "(-1 = padding: zero output); fresh bool [B] (start from zeros); writes out [B, Hv, Dv].");
+        "(-1 = padding: zero output); fresh bool [B] (start from zeros); writes out [B, Hv, Dv]. isa: '' (the "
+        "widest this CPU runs), 'portable', 'avx2' or 'avx512' (cpu_isas()): every variant gives the same bits.");
 }
 
 }  // namespace qwen_ops::cpu

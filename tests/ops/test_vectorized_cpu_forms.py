@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cpu_kernel_paths import cpu_kernel_or_skip, kernel_or_torch_path
+from cpu_kernel_paths import ALL_ISAS, cpu_kernel_or_skip, isa_or_skip, kernel_or_torch_path
 from tolerances import VECTORIZED_VS_REFERENCE, tol
 
 from qwen_ops.ops._backend import resolve
@@ -132,6 +132,37 @@ def test_gdn_decode_kernel_takes_the_pool_decode_step(gen):
     assert cpu_decode_kernel.decode_step(**_copies(arguments)) is not None
     arguments["output_final_state"] = True  # outside the kernel's case: the torch form runs
     assert cpu_decode_kernel.decode_step(**_copies(arguments)) is None
+
+
+@pytest.mark.parametrize("isa", ALL_ISAS)
+@pytest.mark.parametrize("hk,hv,dk,dv", [(2, 4, 16, 20), (1, 1, 128, 128), (1, 2, 7, 33)])
+def test_gdn_decode_kernel_every_isa_gives_the_portable_bits(gen, isa, hk, hv, dk, dv):
+    """The state update is built per instruction set (bindings/cpu/gdn_head_update_*.cpp) with no fused
+    multiply-adds: each variant must give the portable variant's output and pool bit for bit, also where Dv
+    leaves a tail past every vector width (20, 33), and write only the used pool rows."""
+    isa_or_skip(isa)
+    kernel = cpu_kernel_or_skip(cpu_decode_kernel)
+    draw = Draw(gen)
+    batch, rows = 4, 6
+    q = torch.nn.functional.normalize(draw.randn(batch, hk, dk), dim=-1)
+    k = torch.nn.functional.normalize(draw.randn(batch, hk, dk), dim=-1)
+    v, g, beta = draw.randn(batch, hv, dv), -draw.uniform(batch, hv), draw.uniform(batch, hv)
+    pool = state_pool(draw, rows, hv, dk, dv, scale=0.3)
+    slots = torch.tensor([3, -1, 0, 5])
+    fresh = torch.tensor([False, False, True, False])
+
+    def run(name):
+        out, states = torch.full((batch, hv, dv), float("nan")), pool.clone()
+        kernel(q, k, v, g, beta, states, slots, fresh, out, name)
+        return out, states
+
+    want_out, want_pool = run("portable")
+    got_out, got_pool = run(isa)
+    assert torch.equal(got_out, want_out) and torch.equal(got_pool, want_pool)
+    assert torch.equal(got_out[1], torch.zeros(hv, dv))  # the padding row: zero output
+    untouched = [1, 2, 4]
+    assert torch.equal(got_pool[untouched], pool[untouched])
+    assert not torch.equal(got_pool[3], pool[3])
 
 
 def test_gdn_decode_kernel_rejects_a_slot_outside_the_pool(gen):
