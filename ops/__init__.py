@@ -3,7 +3,8 @@
 Each op lives in its own folder with its torch reference beside its kernels:
 
 * ``cache``: ``reshape_and_cache`` (paged BNSD KV cache, INT8 per channel)
-* ``attention``: ``paged_decode_attention``, ``prefill_attention``, ``mixed_attention``
+* ``attention``: ``paged_decode_attention``, ``prefill_attention``, ``mixed_attention``,
+  ``attention_decode_step`` (a decode step's cache write and attention in one call)
 * ``gdn``: ``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule``, ``fused_gdn_gating``,
   ``gdn_decode_step`` (a GDN layer's decode step in one call)
 * ``conv``: ``causal_conv1d_fn``, ``causal_conv1d_update``
@@ -23,7 +24,8 @@ engine enters after checking the step once on the host (see ``_validate``).
 """
 from ._backend import BackendError, available_backends  # noqa: F401
 from ._validate import CHECK_VALUES_ENV, trusted_metadata, values_checked  # noqa: F401
-from .attention import mixed_attention, paged_decode_attention, prefill_attention, prefill_units_for  # noqa: F401
+from .attention import (attention_decode_step, mixed_attention, paged_decode_attention, prefill_attention,  # noqa: F401
+                        prefill_units_for)
 from .cache import dequantize_int8, kv_scales_from_absmax, quantize_int8, reshape_and_cache  # noqa: F401
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: F401
 from .gdn import (chunk_gated_delta_rule, fused_gdn_gating, fused_recurrent_gated_delta_rule,  # noqa: F401
@@ -44,6 +46,7 @@ __all__ = [
     "paged_decode_attention",
     "prefill_attention",
     "mixed_attention",
+    "attention_decode_step",
     "prefill_units_for",
     "chunk_gated_delta_rule",
     "fused_recurrent_gated_delta_rule",

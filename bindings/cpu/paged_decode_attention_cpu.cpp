@@ -17,6 +17,7 @@
 
 #include "bindings/cpu/cpu_features.h"
 #include "bindings/cpu/kv_cache_checks.h"
+#include "bindings/cpu/kv_cache_cpu.h"
 #include "bindings/cpu/paged_decode_attention_kernels.h"
 
 namespace qwen_ops::cpu {
@@ -30,11 +31,12 @@ void check_cache(const char* op, const char* name, const at::Tensor& cache) {
               cache.scalar_type(), " ", cache.sizes());
 }
 
-void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
-                            const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale,
-                            const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
-                            at::Tensor& out, const std::string& isa) {
-  const char* op = "paged_decode_attention_cpu";
+}  // namespace
+
+void paged_decode_attention(const char* op, const at::Tensor& query, const at::Tensor& key_cache,
+                            const at::Tensor& value_cache, const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                            double scale, const c10::optional<at::Tensor>& k_scale,
+                            const c10::optional<at::Tensor>& v_scale, at::Tensor& out, const std::string& isa) {
   const DecodeAttentionPairs kernel = QWEN_OPS_KERNEL_FOR_ISA(isa.empty() ? best_isa() : isa_from_name(op, isa),
                                                                  paged_decode_attention_pairs);
   check_cache(op, "key_cache", key_cache);
@@ -101,10 +103,17 @@ void paged_decode_attention(const at::Tensor& query, const at::Tensor& key_cache
   });
 }
 
-}  // namespace
 
 void register_paged_decode_attention(pybind11::module_& m) {
-  m.def("paged_decode_attention_cpu", &paged_decode_attention, pybind11::arg("query"), pybind11::arg("key_cache"),
+  m.def("paged_decode_attention_cpu",
+        [](const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
+           const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale,
+           const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale, at::Tensor& out,
+           const std::string& isa) {
+          paged_decode_attention("paged_decode_attention_cpu", query, key_cache, value_cache, block_tables, seq_lens,
+                                 scale, k_scale, v_scale, out, isa);
+        },
+        pybind11::arg("query"), pybind11::arg("key_cache"),
         pybind11::arg("value_cache"), pybind11::arg("block_tables"), pybind11::arg("seq_lens"), pybind11::arg("scale"),
         pybind11::arg("k_scale"), pybind11::arg("v_scale"), pybind11::arg("out"), pybind11::arg("isa") = "",
         "Paged decode attention reading the KV blocks in place, online softmax (CPU). query float32 [N, Hq, D]; "

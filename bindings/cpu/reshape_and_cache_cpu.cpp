@@ -12,6 +12,7 @@
 #include "bindings/cpu/cpu_features.h"
 #include "bindings/cpu/int8_quantize_kernels.h"
 #include "bindings/cpu/kv_cache_checks.h"
+#include "bindings/cpu/kv_cache_cpu.h"
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -28,10 +29,11 @@ void check_cache(const char* op, const char* name, const at::Tensor& cache) {
               " must be a contiguous [NB, Hkv, Bs, D] CPU tensor, got ", cache.sizes());
 }
 
-void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
-                       const at::Tensor& slots, const c10::optional<at::Tensor>& k_scale,
+}  // namespace
+
+void reshape_and_cache(const char* op, const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                       at::Tensor& value_cache, const at::Tensor& slots, const c10::optional<at::Tensor>& k_scale,
                        const c10::optional<at::Tensor>& v_scale, const std::string& isa) {
-  const char* op = "reshape_and_cache_cpu";
   const QuantizeInt8Row quantize_row = QWEN_OPS_KERNEL_FOR_ISA(isa.empty() ? best_isa() : isa_from_name(op, isa),
                                                                quantize_int8_row);
   check_cache(op, "key_cache", key_cache);
@@ -108,10 +110,15 @@ void reshape_and_cache(const at::Tensor& key, const at::Tensor& value, at::Tenso
   });
 }
 
-}  // namespace
 
 void register_reshape_and_cache(pybind11::module_& m) {
-  m.def("reshape_and_cache_cpu", &reshape_and_cache, pybind11::arg("key"), pybind11::arg("value"),
+  m.def("reshape_and_cache_cpu",
+        [](const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
+           const at::Tensor& slots, const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale,
+           const std::string& isa) {
+          reshape_and_cache("reshape_and_cache_cpu", key, value, key_cache, value_cache, slots, k_scale, v_scale, isa);
+        },
+        pybind11::arg("key"), pybind11::arg("value"),
         pybind11::arg("key_cache"), pybind11::arg("value_cache"), pybind11::arg("slot_mapping"),
         pybind11::arg("k_scale"), pybind11::arg("v_scale"), pybind11::arg("isa") = "",
         "Write key/value [T, Hkv, D] into the paged caches [NB, Hkv, Bs, D] at slot_mapping (int64 [T], -1 = "

@@ -6,10 +6,13 @@ from typing import Callable
 import torch
 
 from ... import ops
+from ...ops.attention.decode_step_op import attention_decode_step, attention_decode_step_available, takes_cpu_kernel
 from ..loading.config import Qwen35Config
 from .backends import backend_chooser
 from .layers import apply_rope, linear, rms_norm_scaled, zero_centred_scale
 from .step_inputs import StepInputs
+
+attention_decode_step_available()  # looks the C++ operator up (and registers its fake) before any step is traced
 
 # Called with (layer index, key [T, Hkv, D], value [T, Hkv, D]) on the step's new K/V (INT8 calibration).
 KVObserver = Callable[[int, torch.Tensor, torch.Tensor], None]
@@ -20,7 +23,8 @@ class FullAttention:
 
     ``out = o_proj(attention(q, k, v) * sigmoid(gate))``; the step's new K/V are
     written to the paged cache (``reshape_and_cache``) and attention runs as one
-    ``mixed_attention`` call over decode rows and prefill chunks.
+    ``mixed_attention`` call over decode rows and prefill chunks. A step of decodes
+    only on the CPU (torch backend) runs both as one ``attention_decode_step`` call.
     """
 
     def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):
@@ -57,13 +61,27 @@ class FullAttention:
 
         key_cache, value_cache = caches.key_caches[self.layer], caches.value_caches[self.layer]
         k_scale, v_scale = caches.k_scales.get(self.layer), caches.v_scales.get(self.layer)
-        ops.reshape_and_cache(key, value, key_cache, value_cache, batch.slot_mapping, k_scale, v_scale,
-                              backend=self.backend("reshape_and_cache"))
         # Speculative verify rows (1 + k tokens) run as chunks: then no row is a one-token decode.
         num_decodes = getattr(batch, "num_attention_decodes", batch.num_decodes)
+        if num_decodes == t and self._decodes_in_one_call(x.device):
+            # A step of decodes only, on the CPU: the write and the attention in one C++ call.
+            out = attention_decode_step(query, key, value, key_cache, value_cache, batch.slot_mapping,
+                                        batch.block_tables, batch.seq_lens, k_scale=k_scale, v_scale=v_scale)
+            return self._output(out, gate, t)
+        ops.reshape_and_cache(key, value, key_cache, value_cache, batch.slot_mapping, k_scale, v_scale,
+                              backend=self.backend("reshape_and_cache"))
         out = ops.mixed_attention(query, key, value, key_cache, value_cache, batch.block_tables,
                                   batch.query_start_loc, batch.seq_lens, num_decodes,
                                   k_scale=k_scale, v_scale=v_scale,
                                   backend=self.backend("mixed_attention"), prefill_units=batch.prefill_units)
-        out = out.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
+        return self._output(out, gate, t)
+
+    def _decodes_in_one_call(self, device: torch.device) -> bool:
+        """Whether a decode-only step runs ``attention_decode_step``'s C++ operator: CPU tensors, the torch
+        backend serving the cache write and the attention, ``qwen_ops._C`` built."""
+        return takes_cpu_kernel(device, {"reshape_and_cache": self.backend("reshape_and_cache"),
+                                         "paged_decode_attention": self.backend("mixed_attention")})
+
+    def _output(self, attended: torch.Tensor, gate: torch.Tensor, t: int) -> torch.Tensor:
+        out = attended.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
         return linear(out, self.o_w, self.o_b)
