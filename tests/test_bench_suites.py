@@ -63,3 +63,16 @@ def test_quick_suites_run_and_time_every_op(tmp_path):
     for line in proc.stdout.splitlines():
         if line.startswith("SKIPPED"):
             assert line.split(": ", 1)[-1].strip(), line
+
+
+def test_attention_decode_step_script_runs_and_finds_the_same_bits(capsys):
+    """bench/kernels/bench_attention_decode_step.py on one tiny case: a row per case, the two paths equal."""
+    sys.path.insert(0, str(SUITES))
+    try:
+        import bench_attention_decode_step as script
+    finally:
+        sys.path.remove(str(SUITES))
+    assert script.main(["--batches", "1,2", "--dtypes", "float32", "--context", "20", "--repeats", "1",
+                        "--calls", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "True" in line]
+    assert len(rows) == 2, rows

@@ -15,7 +15,10 @@ Steps (each reuses what an earlier run left in ``--work``):
    rounds, medians: decode at batch 1 (128-token prompt, 64 new), prefill of one 512-token prompt, and 16
    parallel sequences (16-token prompts, 64 new, decode tok/s summed), at float32/f32, bfloat16/bf16 and
    INT8 (qwen_ops' weight-only INT8, with float32 activations and with bfloat16 ones) against q8_0; the load
-   time of each.
+   time of each. Each engine is warmed up before it is timed: llama-bench and llama-batched-bench run a
+   warm-up of their own, and qwen_ops runs each workload's shape once after loading (not in its load time),
+   since an engine's first steps pay one-time costs (measured: the first round's bfloat16 decode read 16.2
+   tok/s, the next two 28.2 and 25.7).
 Run on a 0.8B-shaped checkpoint (``--make-0p8b``): bench/RESULTS.md, "On the CPU against llama.cpp".
 Printed: one markdown table (precision, workload, qwen_ops tok/s, llama.cpp tok/s, ratio), the loads, the
 agreement and the machine's load average. Nothing is asserted; ``--parse-only FILE`` re-reads saved tool
@@ -200,11 +203,16 @@ def llama_greedy_text(binaries: str, gguf: str) -> str:
 # ----------------------------------------------------------------------------- qwen_ops
 
 def qwen_engine(model_dir: str, precision: str):
-    from qwen_ops import LLM
+    """The engine and its load time; then warmed up, as the llama.cpp tools warm up before they time."""
+    from qwen_ops import LLM, SamplingParams
 
     start = time.perf_counter()
     llm = LLM(model_dir, enable_prefix_caching=False, **PRECISIONS[precision][0])
-    return llm, time.perf_counter() - start
+    load = time.perf_counter() - start
+    warm = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    llm.generate([[1] * DECODE["prompt"]], warm)
+    llm.generate([[1] * PARALLEL["prompt"]] * PARALLEL["sequences"], warm)
+    return llm, load
 
 
 def qwen_rates(llm) -> dict[str, float]:
