@@ -23,6 +23,8 @@ from .op import I32, _check_new_kv, _check_query_and_cache, paged_decode_attenti
 OP = "attention_decode_step"
 # The ops it stands for: the C++ operator serves only where the torch backend serves both.
 COMPOSED_OPS = ("reshape_and_cache", "paged_decode_attention")
+# The query dtypes the C++ operator takes (its decode kernel attends in float32); float16 runs the two ops.
+KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _check(query, key, value, key_cache, value_cache, slot_mapping, block_tables, seq_lens, k_scale, v_scale):
@@ -89,7 +91,7 @@ def attention_decode_step(query: torch.Tensor, key: torch.Tensor, value: torch.T
     """Write a decode step's new keys and values into the paged cache, then attend (one query row per request).
 
     Args:
-        query: [N, Hq, D] float32 or bfloat16 (float16 too off the C++ operator), one row per request.
+        query: [N, Hq, D] float16, bfloat16 or float32, one row per request (float16 runs the two ops).
         key, value: [N, Hkv, D], query's dtype: each request's newest token.
         key_cache, value_cache: [NB, Hkv, Bs, D] paged BNSD caches, contiguous, not overlapping; query's dtype
             or int8 (then k_scale, v_scale float32 [Hkv, D], finite and > 0). Written in place.
@@ -108,7 +110,8 @@ def attention_decode_step(query: torch.Tensor, key: torch.Tensor, value: torch.T
         written then.
     """
     scale = resolved_scale(OP, scale, query.shape[-1])
-    if backend in (None, "torch") and takes_cpu_kernel(query.device, dict.fromkeys(COMPOSED_OPS, backend)):
+    if (backend in (None, "torch") and query.dtype in KERNEL_DTYPES
+            and takes_cpu_kernel(query.device, dict.fromkeys(COMPOSED_OPS, backend))):
         return torch.ops.qwen_ops.attention_decode_step(query, key, value, key_cache, value_cache, slot_mapping,
                                                         block_tables, seq_lens, scale, k_scale, v_scale)
     _check(query, key, value, key_cache, value_cache, slot_mapping, block_tables, seq_lens, k_scale, v_scale)

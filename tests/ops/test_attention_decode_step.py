@@ -84,6 +84,13 @@ def test_matches_the_references(gen):
     assert torch.equal(args["key_cache"], ref["key_cache"]) and torch.equal(args["value_cache"], ref["value_cache"])
 
 
+def test_float16_runs_the_two_ops(gen):
+    """The C++ operator takes float32 and bfloat16; a float16 call on the CPU is the composition, not an error."""
+    args = _case(gen, torch.float16, torch.float16)
+    expected, after = _composition(args)
+    assert torch.equal(_call(args), expected) and torch.equal(args["value_cache"], after["value_cache"])
+
+
 def test_a_padded_row_writes_nothing_and_an_empty_request_gives_zeros(gen):
     args = _case(gen, seq_lens=(3, 0, 9), padded=[1])
     before = _clone(args)
