@@ -56,6 +56,10 @@ TARGETS: tuple[Target, ...] = (
     Target("GDN head update (C++)", "bindings/cpu/gdn_head_update.h",
            ("tests/ops/test_vectorized_cpu_forms.py", "tests/ops/test_gdn_decode_step.py")),
     Target("GDN decode step (C++)", "bindings/cpu/gdn_decode_step_cpu.cpp", ("tests/ops/test_gdn_decode_step.py",)),
+    # A decode step's cache write and attention in one call: the C++ operator (its checks) and the op
+    Target("attention decode step (C++)", "bindings/cpu/attention_decode_step_cpu.cpp",
+           ("tests/ops/test_attention_decode_step.py",)),
+    Target("attention decode step op", "ops/attention/decode_step_op.py", ("tests/ops/test_attention_decode_step.py",)),
     Target("paged decode attention SIMD (C++)", "bindings/cpu/paged_decode_attention_simd.h",
            ("tests/ops/test_kv_kernel_isas.py",)),
     Target("INT8 quantize AVX-512 (C++)", "bindings/cpu/int8_quantize_avx512.cpp",
