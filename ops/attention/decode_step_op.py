@@ -44,15 +44,16 @@ def _check(query, key, value, key_cache, value_cache, slot_mapping, block_tables
 def _check_newest_slots(slot_mapping, block_tables, seq_lens, block_size) -> None:
     """Each slot is -1 or the slot of its request's newest token (what attention then reads as that token)."""
     newest = seq_lens.to(torch.int64) - 1
-    column = (newest.clamp(min=0) // block_size).clamp(max=max(block_tables.shape[1] - 1, 0))
-    if block_tables.shape[1] == 0:
-        expected = torch.full_like(newest, -2)
-    else:
-        expected = block_tables.to(torch.int64).gather(1, column[:, None])[:, 0] * block_size + newest % block_size
     slots = slot_mapping.to(torch.int64)
-    bad = (slots != -1) & ((newest < 0) | (slots != expected))
+    if block_tables.shape[1]:
+        column = (newest.clamp(min=0) // block_size).clamp(max=block_tables.shape[1] - 1)
+        expected = block_tables.to(torch.int64).gather(1, column[:, None])[:, 0] * block_size + newest % block_size
+        elsewhere = slots != expected
+    else:  # no blocks: no slot is any token's
+        elsewhere = torch.ones_like(slots, dtype=torch.bool)
+    bad = (slots != -1) & ((newest < 0) | elsewhere)
     if bool(bad.any()):
-        r = int(bad.nonzero()[0, 0])
+        r = int(bad.to(torch.uint8).argmax())  # the first bad row
         raise ValueError(f"{OP}: slot_mapping[{r}] = {int(slots[r])} must be -1 or the slot of request {r}'s "
                          f"newest token (position seq_lens - 1 = {int(newest[r])} in its block table)")
 

@@ -171,6 +171,23 @@ def test_the_composed_path_refuses_a_slot_that_is_not_the_newest(gen, composed):
     assert torch.equal(args["key_cache"], before["key_cache"])
 
 
+@pytest.mark.parametrize("path", ["operator", "composed"])
+def test_a_slot_without_blocks_or_tokens_is_refused(gen, monkeypatch, path):
+    """A slot given to a request with no block table columns, or with no tokens, cannot be its newest token's."""
+    if path == "composed":
+        monkeypatch.setattr(decode_step_op, "takes_cpu_kernel", lambda device, backends: False)
+    error = ValueError if path == "composed" else RuntimeError
+    args = _case(gen, seq_lens=(3, 5))
+    args.update(block_tables=args["block_tables"][:, :0], seq_lens=torch.zeros(2, dtype=torch.int32),
+                slot_mapping=torch.tensor([-1, 7], dtype=torch.int32))
+    before = _clone(args)
+    with pytest.raises(error, match="attention_decode_step: slot_mapping\\[1\\] = 7 must be -1 or the slot"):
+        _call(args)
+    assert torch.equal(args["key_cache"], before["key_cache"])
+    args["slot_mapping"] = torch.tensor([-1, -1], dtype=torch.int32)  # nothing written: zero rows
+    assert torch.equal(_call(args), torch.zeros_like(args["query"]))
+
+
 def test_fake_checks_shapes_and_gives_the_output_shape(gen):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
