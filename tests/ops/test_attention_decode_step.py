@@ -148,6 +148,17 @@ def test_int8_caches_need_their_scales(gen):
         _call(args)
 
 
+def test_the_operator_serves_only_cpu_calls_the_torch_backend_serves():
+    """The model asks per op (its backend chooser); an op on another backend, or another device, runs the ops."""
+    cpu = torch.device("cpu")
+    assert decode_step_op.takes_cpu_kernel(cpu, {})
+    assert decode_step_op.takes_cpu_kernel(cpu, dict.fromkeys(decode_step_op.COMPOSED_OPS, "torch"))
+    assert not decode_step_op.takes_cpu_kernel(torch.device("meta"), {})
+    assert "ascendc" in ops.available_backends()  # qwen_ops._C's Ascend C stand-in serves CPU tensors
+    assert not decode_step_op.takes_cpu_kernel(cpu, {"paged_decode_attention": "ascendc"})
+    assert not decode_step_op.takes_cpu_kernel(cpu, {"reshape_and_cache": "ascendc"})
+
+
 @pytest.fixture
 def composed(monkeypatch):
     """The path off the C++ operator: the two public ops one after the other."""
