@@ -105,6 +105,9 @@ TARGETS: tuple[Target, ...] = (
 # cosmic-ray's name (``ReplaceBinaryOperator_BitOr_LShift``) or, for C++, ``original -> replacement``.
 _ANNOTATION = "a type annotation under `from __future__ import annotations`: a string, never evaluated"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("ops/attention/decode_step_op.py",
+     "def takes_cpu_kernel(device: torch.device, backends: dict[str, str | None]) -> bool:",
+     "ReplaceBinaryOperator_BitOr_"): _ANNOTATION,
     ("model/network/moe.py",
      "def __init__(self, config: Qwen35Config, layer: int, weights: dict[str, torch.Tensor], backend: str | None):",
      "ReplaceBinaryOperator_BitOr_"): _ANNOTATION,
