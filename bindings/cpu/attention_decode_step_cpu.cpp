@@ -7,9 +7,9 @@
 // Why one call: the two ops through their Python custom ops cost about 0.14 ms a layer at batch 1 in checks
 // and dispatch (on an engine's trusted path), this operator about 0.03 ms (bench/RESULTS.md). Every check runs
 // in C++, all before anything is written, and the two kernels run as they do behind the ops, so the result is the
-// composition's bit for bit. Beyond the two kernels' own checks: slots unique, each slot the position of its
-// request's newest token (seq_lens[r] - 1 in its block table: what attention then reads), and caches that do
-// not overlap.
+// composition's bit for bit. The attention kernel's block checks (kv_cache_checks.h) run here before the write;
+// beyond the two kernels' own checks: slots unique, and each slot the position of its request's newest token
+// (seq_lens[r] - 1 in its block table: what attention then reads).
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bindings/cpu/dtype_names.h"
+#include "bindings/cpu/kv_cache_checks.h"
 #include "bindings/cpu/kv_cache_cpu.h"
 
 namespace qwen_ops::cpu {
@@ -25,22 +26,22 @@ namespace {
 
 constexpr const char* kOp = "attention_decode_step";
 
-std::vector<int64_t> slot_values(const at::Tensor& slot_mapping, int64_t n) {
+// slot_mapping as a contiguous int64 [N] tensor (what reshape_and_cache_cpu takes).
+at::Tensor int64_slots(const at::Tensor& slot_mapping, int64_t n) {
   TORCH_CHECK(slot_mapping.device().is_cpu() &&
                   (slot_mapping.scalar_type() == at::kInt || slot_mapping.scalar_type() == at::kLong) &&
                   slot_mapping.dim() == 1 && slot_mapping.size(0) == n,
               kOp, ": argument 'slot_mapping' must be an int32 or int64 [N] CPU tensor with N = ", n, ", got ",
               slot_mapping.scalar_type(), " ", slot_mapping.sizes());
-  const at::Tensor slots = slot_mapping.to(at::kLong).contiguous();
-  const int64_t* p = slots.data_ptr<int64_t>();
-  return std::vector<int64_t>(p, p + n);
+  return slot_mapping.to(at::kLong).contiguous();
 }
 
 at::Tensor attention_decode_step(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                                  at::Tensor& key_cache, at::Tensor& value_cache, const at::Tensor& slot_mapping,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens, double scale,
                                  const c10::optional<at::Tensor>& k_scale, const c10::optional<at::Tensor>& v_scale) {
-  // Every check before anything is written (the two kernels check their own operands again).
+  // Every check before anything is written: here, then the write kernel's own (caches disjoint among them)
+  // before its first write; the attention kernel checks its operands again after it.
   TORCH_CHECK(key_cache.device().is_cpu() && key_cache.dim() == 4 && key_cache.is_contiguous(), kOp,
               ": argument 'key_cache' must be a contiguous [NB, Hkv, Bs, D] CPU tensor, got ", key_cache.sizes());
   TORCH_CHECK(value_cache.device().is_cpu() && value_cache.sizes() == key_cache.sizes() &&
@@ -77,15 +78,9 @@ at::Tensor attention_decode_step(const at::Tensor& query, const at::Tensor& key,
   const int32_t* ids = table.data_ptr<int32_t>();
   const int32_t* length = lengths.data_ptr<int32_t>();
   const int64_t width = table.size(1);
-  for (int64_t r = 0; r < n; ++r) {
-    TORCH_CHECK(length[r] >= 0 && length[r] <= width * block_size, kOp, ": seq_lens[", r, "] = ", length[r],
-                " is outside [0, M * Bs] = [0, ", width * block_size, "]");
-    for (int64_t j = 0; j < (length[r] + block_size - 1) / block_size; ++j) {
-      TORCH_CHECK(ids[r * width + j] >= 0 && ids[r * width + j] < num_blocks, kOp, ": block_tables[", r, ", ", j,
-                  "] = ", ids[r * width + j], " is outside the cache's ", num_blocks, " blocks");
-    }
-  }
-  const std::vector<int64_t> slots = slot_values(slot_mapping, n);
+  check_request_blocks(kOp, ids, width, length, n, block_size, num_blocks);
+  const at::Tensor slot_tensor = int64_slots(slot_mapping, n);
+  const int64_t* slots = slot_tensor.data_ptr<int64_t>();
   std::vector<int64_t> written;
   for (int64_t r = 0; r < n; ++r) {
     if (slots[r] == -1) continue;  // padding: nothing written (attention still reads the cached tokens)
@@ -98,18 +93,12 @@ at::Tensor attention_decode_step(const at::Tensor& query, const at::Tensor& key,
   std::sort(written.begin(), written.end());
   TORCH_CHECK(std::adjacent_find(written.begin(), written.end()) == written.end(), kOp,
               ": argument 'slot_mapping' must not give two tokens one slot");
-  const auto* k_begin = static_cast<const char*>(key_cache.data_ptr());
-  const auto* v_begin = static_cast<const char*>(value_cache.data_ptr());
-  const int64_t bytes = key_cache.numel() * key_cache.element_size();
-  TORCH_CHECK(bytes == 0 || k_begin + bytes <= v_begin || v_begin + bytes <= k_begin, kOp,
-              ": key_cache and value_cache must not overlap in memory");
 
   const bool int8 = key_cache.scalar_type() == at::kChar;
   // An int8 cache quantizes float32 (the reference divides in float32; bfloat16 widens exactly).
   const at::Tensor k_in = int8 ? key.to(at::kFloat).contiguous() : key.contiguous();
   const at::Tensor v_in = int8 ? value.to(at::kFloat).contiguous() : value.contiguous();
-  reshape_and_cache(kOp, k_in, v_in, key_cache, value_cache, slot_mapping.to(at::kLong).contiguous(), k_scale,
-                    v_scale, "");
+  reshape_and_cache(kOp, k_in, v_in, key_cache, value_cache, slot_tensor, k_scale, v_scale, "");
   const at::Tensor q32 = query.to(at::kFloat).contiguous();
   at::Tensor out = at::empty(q32.sizes(), q32.options());
   paged_decode_attention(kOp, q32, key_cache, value_cache, table, lengths, scale, k_scale, v_scale, out, "");

@@ -68,16 +68,7 @@ void paged_decode_attention(const char* op, const at::Tensor& query, const at::T
   const int64_t width = block_tables.size(1);
   const int32_t* table = block_tables.data_ptr<int32_t>();
   const int32_t* lengths = seq_lens.data_ptr<int32_t>();
-  for (int64_t r = 0; r < n; ++r) {  // every block read is checked before any is read
-    TORCH_CHECK(lengths[r] >= 0 && lengths[r] <= width * block_size, op, ": seq_lens[", r, "] = ", lengths[r],
-                " is outside [0, M * Bs] = [0, ", width * block_size, "]");
-    const int64_t used = (lengths[r] + block_size - 1) / block_size;
-    for (int64_t j = 0; j < used; ++j) {
-      const int32_t id = table[r * width + j];
-      TORCH_CHECK(id >= 0 && id < num_blocks, op, ": block_tables[", r, ", ", j, "] = ", id,
-                  " is outside the cache's ", num_blocks, " blocks");
-    }
-  }
+  check_request_blocks(op, table, width, lengths, n, block_size, num_blocks);  // before any block is read
   const DecodeAttentionProblem problem{query.data_ptr<float>(),
                                        key_cache.data_ptr(),
                                        value_cache.data_ptr(),

@@ -68,7 +68,7 @@ void reshape_and_cache(const char* op, const at::Tensor& key, const at::Tensor& 
     TORCH_CHECK(slot[t] >= -1 && slot[t] < capacity, op, ": slot ", slot[t], " of token ", t,
                 " is outside the cache's ", capacity, " slots (-1 = padding)");
   }
-  TORCH_CHECK(key_cache.data_ptr() != value_cache.data_ptr(), op, ": key_cache and value_cache must not alias");
+  check_caches_disjoint(op, key_cache, value_cache);
 
   const int64_t row_elements = d, token_elements = hkv * d;
   const int64_t element = key.element_size();
