@@ -149,7 +149,7 @@ def build_llama_cpp(work: str, jobs: int) -> tuple[str, str]:
 
 def with_tokenizer(model_dir: str, work: str) -> str:
     """A copy of the checkpoint directory (links to its files) with the Qwen3.5 tokenizer files beside them."""
-    from qwen_ops.model.loading.tokenizer import cache_dir
+    from qwen_ops.model.loading.tokenizer import TOKENIZER_FILE, default_tokenizer_path
 
     target = os.path.join(work, "hf_model")
     os.makedirs(target, exist_ok=True)
@@ -157,10 +157,11 @@ def with_tokenizer(model_dir: str, work: str) -> str:
         dst = os.path.join(target, os.path.basename(path))
         if not os.path.exists(dst):
             os.symlink(os.path.abspath(path), dst)
-    for path in glob.glob(os.path.join(cache_dir(), "**", "tokenizer*.json"), recursive=True):
-        dst = os.path.join(target, os.path.basename(path))
-        if not os.path.exists(dst):
-            shutil.copy(path, dst)
+    # The model directory's own tokenizer when it has one (linked above), else the built-in one, which the
+    # cache holds only once something has asked for it (a fresh machine has none yet).
+    dst = os.path.join(target, TOKENIZER_FILE)
+    if not os.path.exists(dst):
+        shutil.copy(default_tokenizer_path(), dst)
     return target
 
 
