@@ -5,7 +5,8 @@
 //
 //   small_m_linear_ab M N K REPEATS      (env: WALL=1 wall clock, else process CPU time; OMP_NUM_THREADS)
 //
-// The three variants run interleaved (sum, A, B, sum, A, B, ...), each call on the next of enough weight
+// B's row-lanes form (with its per-call packing of x) runs as a fourth variant, "B row lanes", at any M.
+// The four variants run interleaved (sum, A, B, B row lanes, sum, ...), each call on the next of enough weight
 // copies (256 MB in all) that every call reads its weight from memory; the columns are split over the
 // OpenMP threads in 16-column units as the extension does. Prints the median and best rate of each.
 #include <immintrin.h>
@@ -61,13 +62,16 @@ int main(int argc, char** argv) {
   const int64_t copies = std::max<int64_t>(1, (256ll << 20) / bytes + 1);
   std::vector<std::vector<float>> weights(copies, std::vector<float>(N * K, 0.01f));
   std::vector<float> x(M * K, 0.5f), out(M * N), sums(omp_get_max_threads());
+  std::vector<float> lanes(((M + kRowLanes - 1) / kRowLanes) * K * kRowLanes);
   const int threads = omp_get_max_threads();
-  std::vector<double> times[3];
+  constexpr int kVariants = 4;
+  std::vector<double> times[kVariants];
   int64_t call = 0;
   for (int r = 0; r <= repeats; ++r) {
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < kVariants; ++v) {
       const float* w = weights[call++ % copies].data();
       const double t0 = now(wall);
+      if (v == 3) pack_row_lanes_avx512(x.data(), M, K, lanes.data());  // as the dispatcher, before the threads
 #pragma omp parallel
       {
         const int64_t units = (N + 15) / 16, per = (units + threads - 1) / threads;
@@ -75,13 +79,14 @@ int main(int argc, char** argv) {
         const int64_t a = std::min(N, tid * per * 16), b = std::min(N, (tid + 1) * per * 16);
         if (v == 0) sums[tid] = sum_range(w + a * K, (b - a) * K);
         else if (v == 1) small_m_linear_f32_avx512_a(x.data(), w, nullptr, out.data(), M, N, K, a, b);
-        else small_m_linear_f32_avx512(x.data(), w, nullptr, out.data(), M, N, K, a, b);
+        else if (v == 2) small_m_linear_f32_avx512(x.data(), w, nullptr, out.data(), M, N, K, a, b);
+        else small_m_linear_f32_row_lanes_avx512(lanes.data(), w, nullptr, out.data(), M, N, K, a, b);
       }
       if (r) times[v].push_back(now(wall) - t0);  // the first round warms up
     }
   }
-  const char* names[3] = {"sum (same bytes)", "A", "B"};
-  for (int v = 0; v < 3; ++v) {
+  const char* names[kVariants] = {"sum (same bytes)", "A", "B", "B row lanes"};
+  for (int v = 0; v < kVariants; ++v) {
     std::sort(times[v].begin(), times[v].end());
     const double med = times[v][times[v].size() / 2];
     std::printf("M=%ld N=%ld K=%ld %s: median %.3f ms %.1f GB/s (best %.1f GB/s) %.1f GFLOP/s\n", static_cast<long>(M),

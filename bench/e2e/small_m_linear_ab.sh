@@ -1,7 +1,8 @@
 #!/bin/bash
 # Paired A/B of the AVX-512 small-M kernel at git revision A (default 0c06cca, before issue 15's rework)
 # against the working tree (B), with a plain sum over the same bytes, for each projection shape of the
-# Qwen3.5-0.8B decode step at M rows (default 1). Needs g++ and an AVX-512 CPU.
+# Qwen3.5-0.8B decode step at M rows (default 1), and B's float32 row-lanes form beside them ("B row lanes",
+# which the extension runs from small_m_linear_row_lanes_min_rows() rows on). Needs g++ and an AVX-512 CPU.
 #
 #   bench/e2e/small_m_linear_ab.sh [REV_A] [M]        (env: OMP_NUM_THREADS, default 2; wall clock)
 set -euo pipefail
@@ -13,7 +14,10 @@ trap 'rm -rf "$dir"' EXIT
 flags="-O3 -std=c++17 -mavx512f -mavx2 -mfma -I. -I$dir"
 mkdir -p "$dir/a/bindings/cpu"
 for f in $(git ls-tree --name-only "$rev" bindings/cpu/ | grep 'small_m_linear'); do git show "$rev:$f" > "$dir/a/$f"; done
-sed 's/small_m_linear_f32_avx512(/small_m_linear_f32_avx512_a(/' "$dir/a/bindings/cpu/small_m_linear_avx512.cpp" \
+# A's entries renamed, so that they link beside B's (A's row-lanes ones only where A has that form).
+sed -e 's/small_m_linear_f32_avx512(/small_m_linear_f32_avx512_a(/' \
+    -e 's/small_m_linear_f32_row_lanes_avx512(/small_m_linear_f32_row_lanes_avx512_a(/' \
+    -e 's/pack_row_lanes_avx512(/pack_row_lanes_avx512_a(/' "$dir/a/bindings/cpu/small_m_linear_avx512.cpp" \
   > "$dir/a/bindings/cpu/a.cpp"
 g++ $flags -I"$dir/a" -I"$dir/a/bindings/cpu" -c "$dir/a/bindings/cpu/a.cpp" -o "$dir/a.o"
 g++ $flags -c bindings/cpu/small_m_linear_avx512.cpp -o "$dir/b.o"

@@ -28,6 +28,12 @@ using SmallMLinearF32 = void (*)(const float* x, const float* w, const float* bi
 using SmallMLinearBf16 = void (*)(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
                                   int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 
+// Lanes of the row-lanes form (one AVX-512 vector of float32) and the fewest rows of x it serves: below, the
+// dot form reads the weight at the memory's rate (M = 1) or is as fast (measured: bench/RESULTS.md, "The
+// projection kernel").
+constexpr int64_t kRowLanes = 16;
+constexpr int64_t kRowLanesMinRows = 10;
+
 void small_m_linear_bf16_portable(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
                                   int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 void small_m_linear_f32_portable(const float* x, const float* w, const float* bias, float* out, int64_t M,
@@ -37,6 +43,14 @@ void small_m_linear_f32_avx2(const float* x, const float* w, const float* bias, 
                              int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 void small_m_linear_f32_avx512(const float* x, const float* w, const float* bias, float* out, int64_t M,
                                int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
+// The row-lanes form of the float32 AVX-512 variant, which small_m_linear.cpp calls in its place from
+// kRowLanesMinRows rows of x on: x given as x_lanes [ceil(M / 16), K, 16] (lane l of step k of group g is
+// x[16g + l, k], 0 past row M - 1), each output summed as one chain of FMAs over k = 0..K-1
+// (the dot form sums 16 interleaved chains, then adds them in a tree: the two forms round differently).
+// x [M, K] -> x_lanes [ceil(M / 16), K, 16] for it, before the threads start (M * K elements read once).
+void pack_row_lanes_avx512(const float* x, int64_t M, int64_t K, float* x_lanes);
+void small_m_linear_f32_row_lanes_avx512(const float* x_lanes, const float* w, const float* bias, float* out,
+                                         int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 void small_m_linear_bf16_avx512(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
                                 int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
 #endif

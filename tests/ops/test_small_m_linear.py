@@ -4,8 +4,10 @@ Every instruction-set variant this CPU runs (portable, AVX2, AVX-512) is called 
 ``qwen_ops._C.small_m_linear_isa``, over the sizes where a SIMD kernel goes wrong: M = 1..18 and
 around 32 and 64 (every tile shape and row remainder, and SMALL_M_MAX_ROWS +- 1), N odd (tile and
 16-column block tails, threads splitting 16-column units with a short last one), K not a multiple of
-8 or 16 (the masked K tails). The SIMD variants must also be batch invariant bitwise (row m of the result the same at every
-M). Bad input must raise a clear error naming the argument and write nothing; the fake must let
+8 or 16 (the masked K tails). The SIMD variants must also be batch invariant bitwise: row m of the result
+the same at every M that sums in the same form (the AVX-512 variant sums in its row-lanes form from
+``small_m_linear_row_lanes_min_rows()`` rows on). Bad input must raise a clear error naming the argument and
+write nothing; the fake must let
 torch.compile trace a model-style function; ``model.layers.linear`` must route only small float32
 CPU products to the kernel and leave everything else to F.linear unchanged.
 
@@ -96,16 +98,39 @@ def test_threaded_split_of_many_columns(isa, m):
     torch.testing.assert_close(got, F.linear(x, w, b), **tol(SMALL_M_LINEAR, torch.float32))
 
 
+def _forms(isa: str) -> list[range]:
+    """The row counts M whose results sum alike: the AVX-512 variant's dot form below
+    ``small_m_linear_row_lanes_min_rows()`` and its row-lanes form from there on; one form elsewhere."""
+    if isa != "avx512":
+        return [range(1, SMALL_M_MAX_ROWS + 2)]
+    lanes_from = _C.small_m_linear_row_lanes_min_rows()
+    return [range(1, lanes_from), range(lanes_from, SMALL_M_MAX_ROWS + 2)]
+
+
+def test_the_row_lanes_form_starts_where_the_dot_form_is_no_longer_faster():
+    # The bound is measured (bench/RESULTS.md, "The projection kernel"); it must leave M = 1 (the decode of one
+    # request, memory-bound) and M = 2 on the dot form and take M = 16 (16 parallel requests).
+    assert 2 < _C.small_m_linear_row_lanes_min_rows() <= 16
+
+
 @pytest.mark.parametrize("isa", SIMD_ISAS)
 def test_rows_do_not_depend_on_the_batch_bitwise(isa):
-    # Each output is summed in one fixed order whatever the tile shape (M = 1, 2, >= 3 and the row
-    # remainders, and at M = 1 weight rows read one at a time up to 4 KB, 8 at a time past it), so a
-    # request's logits do not change with the batch it is decoded in.
-    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027), (5, 21, 2100)]:
+    # Within a form each output is summed in one fixed order whatever the tile shape (the dot form: M = 1, 2,
+    # >= 3 and the row remainders, and at M = 1 weight rows read one at a time up to 4 KB, 8 at a time past
+    # it; the row-lanes form: any row group and lane), so a request's logits do not change with the batch
+    # it is decoded in as long as the batch stays on the same side of the forms' bound.
+    for m, n, k in [(65, 37, 130), (33, 50, 128), (7, 19, 1027), (5, 21, 2100), (20, 23, 1027)]:
         x, w, b = _operands(m, n, k, bias=True, seed=m)
-        whole = _C.small_m_linear_isa(x, w, b, isa)
-        for rows in (slice(0, 1), slice(0, 2), slice(3, 6), slice(m - 1, m), slice(1, m)):
-            assert torch.equal(_C.small_m_linear_isa(x[rows].contiguous(), w, b, isa), whole[rows]), (isa, m, rows)
+        for form in _forms(isa):
+            top = min(m, form[-1])
+            if top < form[0]:
+                continue
+            whole = _C.small_m_linear_isa(x[:top].contiguous(), w, b, isa)
+            for start, end in [(0, 1), (0, 2), (3, 6), (top - 1, top), (1, top), (0, form[0]), (2, 2 + form[0])]:
+                if end > top or end - start not in form:
+                    continue
+                got = _C.small_m_linear_isa(x[start:end].contiguous(), w, b, isa)
+                assert torch.equal(got, whole[start:end]), (isa, m, top, start, end)
 
 
 def test_operator_is_the_best_isa_bitwise():
