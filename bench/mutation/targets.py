@@ -70,6 +70,10 @@ TARGETS: tuple[Target, ...] = (
     Target("graph mode step padding", "model/worker/step_padding.py", ("tests/model/test_graph_mode.py",)),
     Target("graph mode runner", "model/worker/graph_runner.py", ("tests/model/test_graph_mode.py",)),
     Target("small-M linear tiles (C++)", "bindings/cpu/small_m_linear_tiles.h", ("tests/ops/test_small_m_linear.py",)),
+    # Its AVX-512 variant with the row-lanes form (from 10 rows of x), and the dispatcher that packs x for it
+    Target("small-M linear AVX-512 (C++)", "bindings/cpu/small_m_linear_avx512.cpp",
+           ("tests/ops/test_small_m_linear.py",), isa="avx512"),
+    Target("small-M linear dispatch (C++)", "bindings/cpu/small_m_linear.cpp", ("tests/ops/test_small_m_linear.py",)),
     # The fused GDN decode step (one call per layer and step): its op (checks, dispatch) and its reference
     Target("GDN decode step op", "ops/gdn/decode_step/op.py", ("tests/ops/test_gdn_decode_step.py",)),
     Target("GDN decode step reference", "ops/gdn/decode_step/reference.py", ("tests/ops/test_gdn_decode_step.py",)),

@@ -144,6 +144,8 @@ def test_empty_sizes():
     assert small_m_linear(torch.zeros(2, 8), torch.zeros(0, 8)).shape == (2, 0)
     b = torch.arange(3.0)
     assert torch.equal(small_m_linear(torch.zeros(2, 0), torch.zeros(3, 0), b), b.expand(2, 3))
+    # K = 0 in the row-lanes form too (the packed x is empty; every output is its bias)
+    assert torch.equal(small_m_linear(torch.zeros(12, 0), torch.zeros(3, 0), b), b.expand(12, 3))
 
 
 def test_inputs_are_not_modified():
