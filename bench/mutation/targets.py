@@ -73,7 +73,8 @@ TARGETS: tuple[Target, ...] = (
     # Its AVX-512 variant with the row-lanes form (from 10 rows of x), and the dispatcher that packs x for it
     Target("small-M linear AVX-512 (C++)", "bindings/cpu/small_m_linear_avx512.cpp",
            ("tests/ops/test_small_m_linear.py",), isa="avx512"),
-    Target("small-M linear dispatch (C++)", "bindings/cpu/small_m_linear.cpp", ("tests/ops/test_small_m_linear.py",)),
+    Target("small-M linear dispatch (C++)", "bindings/cpu/small_m_linear.cpp",
+           ("tests/ops/test_small_m_linear.py", "tests/ops/test_small_m_linear_bf16.py")),
     # The fused GDN decode step (one call per layer and step): its op (checks, dispatch) and its reference
     Target("GDN decode step op", "ops/gdn/decode_step/op.py", ("tests/ops/test_gdn_decode_step.py",)),
     Target("GDN decode step reference", "ops/gdn/decode_step/reference.py", ("tests/ops/test_gdn_decode_step.py",)),
@@ -150,6 +151,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("ops/gdn/triton_chunk.py", "g_last = tl.sum(g_row, axis=0)  # G at the chunk's last row (rows past it add 0)",
      "NumberReplacer"):
         "g_row is 1-D (one gate per row of the chunk, loaded over tl.arange(0, BT)): axis -1 is axis 0",
+    ("bindings/cpu/small_m_linear.cpp", "if (m == 0 || n == 0) return out;", "|| -> &&"):
+        "a shortcut: with m = 0 every kernel's loops over rows of x run zero times, and with n = 0 there is no "
+        "column unit to split, so the empty output is returned either way",
     ("bindings/cpu/small_m_linear_tiles.h",
      "for (int64_t r = 0; r < M; ++r) __builtin_prefetch(out + r * N + n + kBlockColumns, 1, 3);",
      "+ -> -"):
