@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   const int64_t copies = std::max<int64_t>(1, (256ll << 20) / bytes + 1);
   std::vector<std::vector<float>> weights(copies, std::vector<float>(N * K, 0.01f));
   std::vector<float> x(M * K, 0.5f), out(M * N), sums(omp_get_max_threads());
-  std::vector<float> lanes(((M + kRowLanes - 1) / kRowLanes) * K * kRowLanes);
+  std::vector<float> lanes(row_lane_groups(M) * K * kRowLanes);
   const int threads = omp_get_max_threads();
   constexpr int kVariants = 4;
   std::vector<double> times[kVariants];

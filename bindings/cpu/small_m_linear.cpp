@@ -71,17 +71,6 @@ const E* data_or_null(const c10::optional<at::Tensor>& t) {
   return t.has_value() ? static_cast<const E*>(t->data_ptr()) : nullptr;
 }
 
-// Whether float32 x of m rows takes the row-lanes form: the AVX-512 variant from kRowLanesMinRows rows on.
-bool takes_row_lanes(Isa isa, int64_t m) {
-#if defined(QWEN_OPS_X86_KERNELS)
-  return isa == Isa::kAvx512 && m >= kRowLanesMinRows;
-#else
-  (void)isa;
-  (void)m;
-  return false;
-#endif
-}
-
 // `isa` picks the float32 variant; `bf16_simd` the bfloat16 one (AVX-512 BF16, else portable).
 at::Tensor run(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias, Isa isa,
                bool bf16_simd) {
@@ -97,9 +86,9 @@ at::Tensor run(const at::Tensor& x, const at::Tensor& weight, const c10::optiona
     split_columns<uint16_t>(kernel, static_cast<const uint16_t*>(x.data_ptr()),
                             static_cast<const uint16_t*>(weight.data_ptr()), data_or_null<uint16_t>(bias),
                             static_cast<uint16_t*>(out.data_ptr()), m, n, k);
-  } else if (takes_row_lanes(isa, m)) {
 #if defined(QWEN_OPS_X86_KERNELS)
-    at::Tensor lanes = at::empty({(m + kRowLanes - 1) / kRowLanes, k, kRowLanes}, x.options());
+  } else if (isa == Isa::kAvx512 && m >= kRowLanesMinRows) {  // the row-lanes form (small_m_linear_kernels.h)
+    at::Tensor lanes = at::empty({row_lane_groups(m), k, kRowLanes}, x.options());
     pack_row_lanes_avx512(x.data_ptr<float>(), m, k, lanes.data_ptr<float>());
     split_columns<float>(small_m_linear_f32_row_lanes_avx512, lanes.data_ptr<float>(), weight.data_ptr<float>(),
                          data_or_null<float>(bias), out.data_ptr<float>(), m, n, k);

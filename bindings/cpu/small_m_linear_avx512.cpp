@@ -45,11 +45,14 @@ constexpr int kLaneTileColumns = 8;
 void row_lanes_tile(const float* x_lanes, const float* w, const float* bias, float* out, int64_t M, int64_t N,
                     int64_t K, int64_t n, int rn, int64_t g) {
   __m512 acc[kLaneTileColumns];
+  int64_t column[kLaneTileColumns];
   const float* wr[kLaneTileColumns];
   for (int j = 0; j < kLaneTileColumns; ++j) {
     acc[j] = _mm512_setzero_ps();
-    // Columns past this thread's range (rn < 8) re-read the last valid weight row: in bounds, never stored.
-    wr[j] = w + (n + (j < rn ? j : rn - 1)) * K;
+    // Columns past this thread's range (rn < 8) re-read the last valid weight row and bias: in bounds, never
+    // stored.
+    column[j] = n + (j < rn ? j : rn - 1);
+    wr[j] = w + column[j] * K;
   }
   const float* xg = x_lanes + g * K * kRowLanes;
 #pragma GCC unroll 4
@@ -59,7 +62,7 @@ void row_lanes_tile(const float* x_lanes, const float* w, const float* bias, flo
   }
   alignas(64) float sums[kLaneTileColumns][kRowLanes];
   for (int j = 0; j < kLaneTileColumns; ++j) {
-    const __m512 with_bias = bias ? _mm512_add_ps(acc[j], _mm512_set1_ps(bias[n + (j < rn ? j : 0)])) : acc[j];
+    const __m512 with_bias = bias ? _mm512_add_ps(acc[j], _mm512_set1_ps(bias[column[j]])) : acc[j];
     _mm512_store_ps(sums[j], with_bias);
   }
   const int64_t rows = M - g * kRowLanes < kRowLanes ? M - g * kRowLanes : kRowLanes;
@@ -72,8 +75,7 @@ void row_lanes_tile(const float* x_lanes, const float* w, const float* bias, flo
 }  // namespace
 
 void pack_row_lanes_avx512(const float* x, int64_t M, int64_t K, float* x_lanes) {
-  const int64_t groups = (M + kRowLanes - 1) / kRowLanes;
-  for (int64_t g = 0; g < groups; ++g) {
+  for (int64_t g = 0; g < row_lane_groups(M); ++g) {
     float* group = x_lanes + g * K * kRowLanes;
     for (int64_t l = 0; l < kRowLanes; ++l) {
       const int64_t row = g * kRowLanes + l;
@@ -89,7 +91,7 @@ void pack_row_lanes_avx512(const float* x, int64_t M, int64_t K, float* x_lanes)
 
 void small_m_linear_f32_row_lanes_avx512(const float* x_lanes, const float* w, const float* bias, float* out,
                                          int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end) {
-  const int64_t groups = (M + kRowLanes - 1) / kRowLanes;
+  const int64_t groups = row_lane_groups(M);
   // Each tile's 8 weight rows are read from memory by the first row group; the later groups (M > 16) find
   // them in L1/L2.
   for (int64_t n = n_begin; n < n_end; n += kLaneTileColumns) {

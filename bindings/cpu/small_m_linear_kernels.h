@@ -33,6 +33,8 @@ using SmallMLinearBf16 = void (*)(const uint16_t* x, const uint16_t* w, const ui
 // projection kernel").
 constexpr int64_t kRowLanes = 16;
 constexpr int64_t kRowLanesMinRows = 10;
+// Groups of kRowLanes rows that x_lanes holds for m rows of x (the last one padded with zero lanes).
+constexpr int64_t row_lane_groups(int64_t m) { return (m + kRowLanes - 1) / kRowLanes; }
 
 void small_m_linear_bf16_portable(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* out,
                                   int64_t M, int64_t N, int64_t K, int64_t n_begin, int64_t n_end);
