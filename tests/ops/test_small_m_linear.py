@@ -148,8 +148,9 @@ def test_empty_sizes():
     assert torch.equal(small_m_linear(torch.zeros(12, 0), torch.zeros(3, 0), b), b.expand(12, 3))
 
 
-def test_inputs_are_not_modified():
-    x, w, b = _operands(5, 33, 70, bias=True)
+@pytest.mark.parametrize("m", [5, 12])  # 12: the AVX-512 variant's row-lanes form, which packs x into its own copy
+def test_inputs_are_not_modified(m):
+    x, w, b = _operands(m, 33, 70, bias=True)
     copies = [t.clone() for t in (x, w, b)]
     for isa in ISAS:
         _C.small_m_linear_isa(x, w, b, isa)
